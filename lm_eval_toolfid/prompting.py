@@ -1,0 +1,124 @@
+"""The plain-text prompt: an instruction, demonstrations, then the case's tools and request.
+
+Works for base (non-chat) models: each block lists the tools offered, the request, and a
+``### Call`` line the model completes with one JSON call. Demonstrations use tools that the
+case does not offer, so they teach the format without leaking the answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .records import Case, ToolSpec
+
+TEMPLATE_VERSION = "plain-v1"
+
+INSTRUCTION = (
+    "Answer each request with exactly one tool call: a JSON object "
+    '{"name": <tool name>, "arguments": {<parameter>: <value>}} '
+    "whose arguments follow the tool's parameter schema. Use only the tools listed for that request."
+)
+
+STOP_SEQUENCES = ["\n###"]
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    """Everything that changes the prompt text. Part of a run's identity for pairing."""
+
+    demos: int = 2
+    instruction: str = INSTRUCTION
+    template: str = TEMPLATE_VERSION
+
+    def fingerprint(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _tool(name: str, description: str, properties: dict[str, Any], required: list[str]) -> ToolSpec:
+    return ToolSpec(
+        name=name,
+        description=description,
+        parameters={"type": "object", "properties": properties, "required": required},
+    )
+
+
+# Demonstration pool: (tools offered, request, call). Tool names are chosen not to collide
+# with the bundled case set; a demo whose tools collide with a case's tools is skipped.
+DEMO_POOL: list[tuple[list[ToolSpec], str, dict[str, Any]]] = [
+    (
+        [_tool("convert_currency", "Convert an amount between two currencies.",
+               {"amount": {"type": "number"}, "from_code": {"type": "string"}, "to_code": {"type": "string"}},
+               ["amount", "from_code", "to_code"])],
+        "How much is 250 euros in Japanese yen? Use codes EUR and JPY.",
+        {"name": "convert_currency", "arguments": {"amount": 250, "from_code": "EUR", "to_code": "JPY"}},
+    ),
+    (
+        [_tool("set_alarm", "Set an alarm clock.",
+               {"time": {"type": "string", "description": "HH:MM, 24-hour"},
+                "label": {"type": "string"}, "repeat_daily": {"type": "boolean"}},
+               ["time"]),
+         _tool("cancel_alarm", "Cancel an alarm by label.", {"label": {"type": "string"}}, ["label"])],
+        "Wake me at 06:45 every day, label it gym.",
+        {"name": "set_alarm", "arguments": {"time": "06:45", "label": "gym", "repeat_daily": True}},
+    ),
+    (
+        [_tool("translate_text", "Translate text into a target language.",
+               {"text": {"type": "string"},
+                "target_language": {"type": "string", "enum": ["de", "es", "fr", "it", "ja"]}},
+               ["text", "target_language"])],
+        "Translate 'good morning' into Italian.",
+        {"name": "translate_text", "arguments": {"text": "good morning", "target_language": "it"}},
+    ),
+    (
+        [_tool("list_files", "List files in a directory.",
+               {"path": {"type": "string"}, "recursive": {"type": "boolean"},
+                "extensions": {"type": "array", "items": {"type": "string"}}},
+               ["path"]),
+         _tool("delete_file", "Delete a file.", {"path": {"type": "string"}}, ["path"])],
+        "Show me every .csv and .json file under /data/raw, including subfolders.",
+        {"name": "list_files",
+         "arguments": {"path": "/data/raw", "recursive": True, "extensions": [".csv", ".json"]}},
+    ),
+]
+
+
+def _render_tools(tools: list[ToolSpec]) -> str:
+    return "\n".join(json.dumps(t.for_prompt(), ensure_ascii=False) for t in tools)
+
+
+def render_block(tools: list[ToolSpec], request: str, call: dict[str, Any] | None = None) -> str:
+    """One example block; without ``call`` it ends at ``### Call`` for the model to complete."""
+    head = f"### Tools\n{_render_tools(tools)}\n### Request\n{request}\n### Call\n"
+    if call is None:
+        return head
+    return head + json.dumps(call, ensure_ascii=False) + "\n"
+
+
+def pick_demos(case: Case, n: int) -> list[tuple[list[ToolSpec], str, dict[str, Any]]]:
+    """``n`` demos whose tools the case does not offer; rotation chosen stably from the case id."""
+    if n <= 0:
+        return []
+    names = set(case.tool_names)
+    usable = [d for d in DEMO_POOL if not names & {t.name for t in d[0]}]
+    if not usable:
+        return []
+    start = int(hashlib.sha256(case.id.encode()).hexdigest(), 16) % len(usable)
+    rotated = usable[start:] + usable[:start]
+    return rotated[: min(n, len(rotated))]
+
+
+def render_prompt(case: Case, settings: PromptSettings = PromptSettings()) -> str:
+    """The full prompt for a case: instruction, demos, then the open block."""
+    parts = [settings.instruction + "\n\n"] if settings.instruction else []
+    parts += [render_block(tools, req, call) + "\n" for tools, req, call in pick_demos(case, settings.demos)]
+    parts.append(render_block(case.tools, case.prompt))
+    return "".join(parts)
+
+
+def render_call(name: str, arguments: dict[str, Any]) -> str:
+    """A call exactly as the demonstrations write it (used by fixture training data)."""
+    return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)

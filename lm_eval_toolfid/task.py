@@ -1,0 +1,259 @@
+"""The ``tool_use_fidelity`` lm-eval task.
+
+Thin glue: cases come from :mod:`cases`, prompts from :mod:`prompting`, every per-case number
+from :mod:`scoring`, pairing from :mod:`pairing`, z from :mod:`calibration`, the verdict
+from :mod:`verdict`. lm-eval calls ``process_results`` per case and the aggregations once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import cached_property
+from typing import Any, Callable
+
+import datasets
+from lm_eval.api.metrics import mean
+from lm_eval.api.task import ConfigurableTask
+
+from . import calibration as calib
+from .cases import case_set_hash, load_cases
+from .errors import ToolfidError
+from .pairing import (
+    Reference,
+    RunKey,
+    base_identity,
+    find_reference,
+    request_hash,
+    reference_dir,
+    reference_from_samples,
+    write_reference,
+)
+from .prompting import PromptSettings, render_call, render_prompt
+from .records import Case, Outcome, PairScore
+from .scoring import arg_disagreement, hallucination_item, hallucination_rate, pair, score_generation, summarize
+from .settings import TaskSettings
+from .stats import mcnemar_exact_p
+from .verdict import judge
+
+log = logging.getLogger("lm_eval.toolfid")
+
+UNPAIRED_METRICS = ("json_valid_rate", "parse_rate", "hallucination_rate")
+PAIRED_METRICS = ("base_json_valid_rate", "validity_delta", "validity_mcnemar_p", "arg_disagreement", "fidelity_pass")
+HIGHER_IS_BETTER = {
+    "json_valid_rate": True, "parse_rate": True, "hallucination_rate": False, "base_json_valid_rate": True,
+    "validity_delta": True, "validity_mcnemar_p": True, "arg_disagreement": False, "fidelity_pass": True,
+    "json_valid_z": True,
+}
+
+
+def _fail(exc: ToolfidError) -> SystemExit:
+    """Inside lm-eval a user error ends the run with one line, not a traceback."""
+    return SystemExit(f"tool_use_fidelity: {exc}")
+
+
+class ToolUseFidelityTask(ConfigurableTask):
+    """Generates one tool call per case and scores it against the tool's JSON schema."""
+
+    def __init__(self, config: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        config = {k: v for k, v in (config or {}).items() if k != "class"}
+        try:
+            self.settings = TaskSettings.from_metadata(config.get("metadata") or {})
+        except ToolfidError as exc:
+            raise _fail(exc) from None
+        self._prompt_hashes: dict[str, str] = {}
+        self._generations: dict[str, str] = {}
+        self._reference: Reference | None = None
+        self._pairing_resolved = False
+        self._provenance: dict[str, Any] = {}
+        super().__init__(config=config, **kwargs)
+
+    # --- docs and prompts ------------------------------------------------------------------
+
+    def download(self, dataset_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        try:
+            self.cases: dict[str, Case] = {c.id: c for c in load_cases(self.settings.cases)}
+        except ToolfidError as exc:
+            raise _fail(exc) from None
+        rows = [{"id": c.id, "prompt": c.prompt, "gold_tool_name": c.gold_tool_name} for c in self.cases.values()]
+        self.dataset = datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+        self.case_set_hash = case_set_hash(list(self.cases.values()))
+
+    def has_training_docs(self) -> bool:
+        return False
+
+    def has_validation_docs(self) -> bool:
+        return False
+
+    def has_test_docs(self) -> bool:
+        return True
+
+    def test_docs(self) -> datasets.Dataset:
+        return self.dataset["test"]
+
+    def case_of(self, doc: dict[str, Any]) -> Case:
+        return self.cases[str(doc["id"])]
+
+    def doc_to_text(self, doc: dict[str, Any], doc_to_text: Any = None) -> str:
+        return render_prompt(self.case_of(doc), self.settings.prompt)
+
+    def doc_to_target(self, doc: dict[str, Any], doc_to_target: Any = None) -> str:
+        case = self.case_of(doc)
+        if case.gold_arguments is not None:
+            return render_call(case.gold_tool_name, case.gold_arguments)
+        return case.gold_tool_name
+
+    def construct_requests(self, doc: dict[str, Any], ctx: Any, **kwargs: Any) -> Any:
+        instance = super().construct_requests(doc, ctx, **kwargs)
+        case = self.case_of(doc)
+        context, gen_kwargs = instance.arguments[0], instance.arguments[1]
+        if case.max_new_tokens is not None:
+            gen_kwargs["max_gen_toks"] = case.max_new_tokens
+        self._prompt_hashes[case.id] = request_hash(context, gen_kwargs)
+        return instance
+
+    # --- identity and pairing --------------------------------------------------------------
+
+    @cached_property
+    def run_key(self) -> RunKey:
+        gen = {k: v for k, v in (self.config.generation_kwargs or {}).items()}
+        try:
+            base = base_identity(self.settings.model_args)
+        except ToolfidError as exc:
+            raise _fail(exc) from None
+        return RunKey(base=base, case_set=self.case_set_hash, prompt=self.settings.prompt.fingerprint(),
+                      generation=json.loads(json.dumps(gen, sort_keys=True, default=str)))
+
+    def _resolve_pairing(self) -> None:
+        """Once per run: find the base reference an adapter run pairs with (or say why not)."""
+        if self._pairing_resolved:
+            return
+        self._pairing_resolved = True
+        if not self.settings.is_adapter_run:
+            return
+        try:
+            if self.settings.base_samples:
+                ref = reference_from_samples(self.settings.base_samples, set(self.cases))
+                origin = "base_samples (user-supplied; base identity not checked)"
+            else:
+                ref = find_reference(self.run_key, reference_dir(self.settings.raw))
+                origin = "reference store"
+        except ToolfidError as exc:
+            raise _fail(exc) from None
+        if ref is None:
+            self._provenance["pairing"] = "none: no base reference matches this base, case set, prompt and generation"
+            log.warning(
+                "tool_use_fidelity: no base reference for this base model/case set/prompt/generation settings; "
+                "reporting adapter metrics only. Run the same command without peft= first, or pass "
+                "--metadata '{\"base_samples\": PATH}'."
+            )
+            return
+        problem = ref.mismatch({cid: self._prompt_hashes[cid] for cid in self._prompt_hashes})
+        if problem:
+            if self.settings.base_samples:
+                raise _fail(ToolfidError(f"base_samples {ref.source} cannot be paired: {problem}"))
+            self._provenance["pairing"] = f"none: stale reference {ref.source} ({problem})"
+            log.warning("tool_use_fidelity: base reference %s not used: %s", ref.source, problem)
+            return
+        self._reference = ref
+        self._provenance["pairing"] = f"{origin}: {ref.source}"
+        log.info("tool_use_fidelity: paired with base reference %s", ref.source)
+
+    # --- per-case scoring ------------------------------------------------------------------
+
+    def process_results(self, doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
+        case = self.case_of(doc)
+        text = results[0] if results else ""
+        self._generations[case.id] = text if isinstance(text, str) else str(text)
+        ft = score_generation(self._generations[case.id], case, self.settings.allowed_tools)
+        self._resolve_pairing()
+        base: Outcome | None = None
+        if self._reference is not None:
+            base = score_generation(self._reference.generations[case.id], case, self.settings.allowed_tools)
+        scored = pair(case.id, ft, base)
+        items: dict[str, Any] = {
+            "json_valid_rate": int(ft.valid),
+            "parse_rate": int(ft.kind.parsed),
+            "hallucination_rate": hallucination_item(ft),
+        }
+        if base is not None:
+            items.update(
+                base_json_valid_rate=int(base.valid),
+                validity_delta=scored.validity_delta,
+                validity_mcnemar_p=scored.validity_delta,
+                arg_disagreement=scored.arg_disagreement,
+                fidelity_pass=scored.model_dump(mode="json"),
+            )
+        if self.settings.calibration:
+            items["json_valid_z"] = int(ft.valid)
+        return items
+
+    # --- aggregation -----------------------------------------------------------------------
+
+    @cached_property
+    def null(self) -> calib.Calibration | None:
+        if not self.settings.calibration:
+            return None
+        try:
+            calibration = calib.load_calibration(self.settings.calibration)
+            calibration.check_compatible(self.run_key, self.settings.adapter_path)
+        except ToolfidError as exc:
+            raise _fail(exc) from None
+        return calibration
+
+    def _hallucination(self, items: list[int | None]) -> float:
+        self._finish_base_run(len(items))
+        return hallucination_rate(items)
+
+    def _finish_base_run(self, n_items: int) -> None:
+        """A base run leaves a reference behind for adapter runs to pair with."""
+        if self.settings.is_adapter_run or not self.settings.write_reference:
+            return
+        if len(self._generations) != n_items:
+            log.warning("tool_use_fidelity: base reference not written (multi-process run: %d of %d cases here)",
+                        len(self._generations), n_items)
+            return
+        path = write_reference(self.run_key, self._prompt_hashes, self._generations, reference_dir(self.settings.raw))
+        self._provenance["reference_written"] = str(path)
+        log.info("tool_use_fidelity: wrote base reference %s", path)
+
+    def _verdict(self, items: list[dict[str, Any]]) -> float:
+        summary = summarize([PairScore.model_validate(i) for i in items])
+        null = self.null.compare(summary) if self.null is not None else None
+        verdict = judge(summary, self.settings.verdict, null)
+        self._provenance["verdict"] = verdict.model_dump(mode="json")
+        self._provenance["outcome_counts"] = summary.outcome_counts
+        return float(bool(verdict.passed))
+
+    def _z(self, items: list[int]) -> float:
+        return self.null.z(mean(items)) if self.null is not None else float("nan")
+
+    def aggregation(self) -> dict[str, Callable[[list[Any]], float]]:
+        self._record_provenance()
+        return {
+            "json_valid_rate": mean,
+            "parse_rate": mean,
+            "hallucination_rate": self._hallucination,
+            "base_json_valid_rate": mean,
+            "validity_delta": mean,
+            "validity_mcnemar_p": mcnemar_exact_p,
+            "arg_disagreement": arg_disagreement,
+            "fidelity_pass": self._verdict,
+            "json_valid_z": self._z,
+        }
+
+    def higher_is_better(self) -> dict[str, bool]:
+        return dict(HIGHER_IS_BETTER)
+
+    def _record_provenance(self) -> None:
+        """Expose what this run was compared with in the results file (``configs.<task>.metadata.toolfid``)."""
+        if not isinstance(self.config.metadata, dict):
+            return
+        self._provenance.update(
+            case_set=getattr(self, "case_set_hash", None),
+            n_cases=len(getattr(self, "cases", {})),
+            prompt=self.settings.prompt.fingerprint(),
+            adapter=self.settings.adapter_path,
+            calibration=self.settings.calibration,
+        )
+        self.config.metadata["toolfid"] = self._provenance

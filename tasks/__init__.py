@@ -1,0 +1,1 @@
+"""lm-eval task folder shipped inside the package (``toolfid tasks-path`` prints where)."""

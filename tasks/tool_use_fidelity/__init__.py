@@ -1,0 +1,1 @@
+"""The tool_use_fidelity task: YAMLs plus the thin class module."""
