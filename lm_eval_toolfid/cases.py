@@ -7,25 +7,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from importlib import resources
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from .bundled import default_cases_path, fixture_cases_path
 from .errors import ToolfidError
 from .records import Case
 from .schema import check_tool_schema
 
 DEFAULT_CASES = "default"
 FIXTURE_CASES = "fixture"
-
-
-def default_cases_path() -> Path:
-    return Path(str(resources.files("lm_eval_toolfid.data") / "default_cases.jsonl"))
-
-
-def fixture_cases_path() -> Path:
-    return Path(str(resources.files("lm_eval_toolfid.fixtures") / "cases.jsonl"))
 
 
 def resolve_cases_path(spec: str | Path | None) -> Path:

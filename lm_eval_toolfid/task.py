@@ -115,8 +115,12 @@ class ToolUseFidelityTask(ConfigurableTask):
     # --- identity and pairing --------------------------------------------------------------
 
     @cached_property
-    def run_key(self) -> RunKey:
-        gen = {k: v for k, v in (self.config.generation_kwargs or {}).items()}
+    def run_key(self) -> RunKey | None:
+        """None when the run does not say which base model it used (e.g. an LM object, no model_args)."""
+        if not self.settings.model_args.get("pretrained"):
+            log.warning("tool_use_fidelity: no 'pretrained' in model_args/metadata: cannot pair or store a reference")
+            return None
+        gen = dict(self.config.generation_kwargs or {})
         try:
             base = base_identity(self.settings.model_args)
         except ToolfidError as exc:
@@ -135,9 +139,11 @@ class ToolUseFidelityTask(ConfigurableTask):
             if self.settings.base_samples:
                 ref = reference_from_samples(self.settings.base_samples, set(self.cases))
                 origin = "base_samples (user-supplied; base identity not checked)"
-            else:
+            elif self.run_key is not None:
                 ref = find_reference(self.run_key, reference_dir(self.settings.raw))
                 origin = "reference store"
+            else:
+                ref, origin = None, ""
         except ToolfidError as exc:
             raise _fail(exc) from None
         if ref is None:
@@ -196,6 +202,8 @@ class ToolUseFidelityTask(ConfigurableTask):
             return None
         try:
             calibration = calib.load_calibration(self.settings.calibration)
+            if self.run_key is None:
+                raise ToolfidError("calibration needs the base model's identity: pass pretrained= in model_args")
             calibration.check_compatible(self.run_key, self.settings.adapter_path)
         except ToolfidError as exc:
             raise _fail(exc) from None
@@ -207,7 +215,7 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     def _finish_base_run(self, n_items: int) -> None:
         """A base run leaves a reference behind for adapter runs to pair with."""
-        if self.settings.is_adapter_run or not self.settings.write_reference:
+        if self.settings.is_adapter_run or not self.settings.write_reference or self.run_key is None:
             return
         if len(self._generations) != n_items:
             log.warning("tool_use_fidelity: base reference not written (multi-process run: %d of %d cases here)",
@@ -219,14 +227,17 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     def _verdict(self, items: list[dict[str, Any]]) -> float:
         summary = summarize([PairScore.model_validate(i) for i in items])
-        null = self.null.compare(summary) if self.null is not None else None
+        null = self.null.compare(summary, self.settings.verdict) if self.null is not None else None
         verdict = judge(summary, self.settings.verdict, null)
         self._provenance["verdict"] = verdict.model_dump(mode="json")
         self._provenance["outcome_counts"] = summary.outcome_counts
         return float(bool(verdict.passed))
 
     def _z(self, items: list[int]) -> float:
-        return self.null.z(mean(items)) if self.null is not None else float("nan")
+        if self.null is None:
+            return float("nan")
+        self._provenance["z_profile"] = self.null.z_profile(mean(items))
+        return self.null.z(mean(items))
 
     def aggregation(self) -> dict[str, Callable[[list[Any]], float]]:
         self._record_provenance()
@@ -255,5 +266,7 @@ class ToolUseFidelityTask(ConfigurableTask):
             prompt=self.settings.prompt.fingerprint(),
             adapter=self.settings.adapter_path,
             calibration=self.settings.calibration,
+            verdict_config=self.settings.verdict.model_dump(),
+            run_key=self.run_key.as_dict() if self.run_key is not None else None,
         )
         self.config.metadata["toolfid"] = self._provenance

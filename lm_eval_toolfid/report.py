@@ -1,0 +1,96 @@
+"""Reading lm-eval results back and printing the verdict table."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ToolfidError
+
+
+@dataclass
+class RunRow:
+    """What the verdict table shows for one run (one adapter)."""
+
+    label: str
+    task: str
+    metrics: dict[str, float]
+    toolfid: dict[str, Any]
+
+    def metric(self, name: str) -> float | None:
+        value = self.metrics.get(name)
+        return value if isinstance(value, (int, float)) else None
+
+    @property
+    def verdict(self) -> dict[str, Any] | None:
+        return self.toolfid.get("verdict")
+
+
+def row_from_results(results: dict[str, Any], label: str, task: str | None = None) -> RunRow:
+    """Pull one task's metrics and toolfid provenance out of an lm-eval results dict."""
+    tasks = [t for t in results.get("results", {}) if t.startswith("tool_use_fidelity")]
+    if task is None:
+        if not tasks:
+            raise ToolfidError(f"{label}: no tool_use_fidelity results in this file")
+        task = tasks[0]
+    raw = results.get("results", {}).get(task)
+    if raw is None:
+        raise ToolfidError(f"{label}: results have no task {task!r}")
+    metrics = {k.split(",")[0]: v for k, v in raw.items() if "," in k and "_stderr" not in k}
+    meta = (results.get("configs", {}).get(task, {}) or {}).get("metadata", {}) or {}
+    return RunRow(label=label, task=task, metrics=metrics, toolfid=meta.get("toolfid", {}) or {})
+
+
+def load_results(path: str | Path) -> dict[str, Any]:
+    """An lm-eval results JSON (a file, or the newest ``results_*.json`` in a folder)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        found = sorted(p.rglob("results*.json"))
+        if not found:
+            raise ToolfidError(f"no results*.json under {p}")
+        p = found[-1]
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ToolfidError(f"cannot read lm-eval results {p}: {exc}") from None
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _reason(row: RunRow) -> str:
+    verdict = row.verdict
+    if not verdict:
+        return row.toolfid.get("pairing", "no base reference")
+    failed = [g for g in verdict["gates"] if g["passed"] is False]
+    if failed:
+        return "; ".join(f"{g['name']} {g['value']:+.3f} {'<' if g['op'] == '>=' else '>'} {g['threshold']:+.3f}"
+                         for g in failed)
+    return "; ".join(verdict.get("notes", [])) or "all gates hold"
+
+
+def verdict_label(row: RunRow) -> str:
+    verdict = row.verdict
+    if not verdict or verdict.get("passed") is None:
+        return "UNDECIDED"
+    return "PASS" if verdict["passed"] else "FAIL"
+
+
+def format_table(rows: list[RunRow], base_valid: float | None = None) -> str:
+    """A plain-text verdict table, one line per adapter."""
+    head = ["adapter", "valid", "base", "delta", "p(McNemar)", "halluc", "arg-diff", "parse", "z", "verdict", "why"]
+    lines = []
+    for r in rows:
+        m = r.metric
+        lines.append([
+            r.label, _fmt(m("json_valid_rate")), _fmt(m("base_json_valid_rate") if m("base_json_valid_rate") is not None else base_valid),
+            _fmt(m("validity_delta"), "+.3f"), _fmt(m("validity_mcnemar_p"), ".2g"), _fmt(m("hallucination_rate")),
+            _fmt(m("arg_disagreement")), _fmt(m("parse_rate")), _fmt(m("json_valid_z"), "+.1f"),
+            verdict_label(r), _reason(r),
+        ])
+    widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
+    fmt_row = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt_row(head), fmt_row(["-" * w for w in widths]), *map(fmt_row, lines)])

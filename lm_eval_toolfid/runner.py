@@ -1,0 +1,151 @@
+"""In-process evaluation: load the base once, run the task under several views.
+
+Each view is an ordinary ``lm_eval.simple_evaluate`` call of the same task on one loaded
+HFLM, so per-case outcomes are exactly those of the two-run ``lm_eval`` CLI flow:
+
+- the base view runs with the adapter disabled (``PeftModel.disable_adapter``) and writes the
+  base reference, like ``lm_eval ... pretrained=BASE``;
+- each adapter view activates one adapter and pairs with that reference, like
+  ``lm_eval ... pretrained=BASE,peft=ADAPTER``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from .bundled import tasks_path
+from .errors import ToolfidError
+
+log = logging.getLogger("lm_eval.toolfid")
+
+
+@dataclass
+class ViewResult:
+    """One view's lm-eval results (``results`` is lm-eval's dict, samples split off)."""
+
+    label: str
+    adapter: str | None
+    results: dict[str, Any]
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    path: Path | None = None
+
+
+def check_base(base: str) -> None:
+    path = Path(base).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ToolfidError(f"base model directory {path} has no config.json")
+    elif os.environ.get("HF_HUB_OFFLINE") == "1" and "/" not in base:
+        raise ToolfidError(f"base model {base!r} is neither a local directory nor a hub id")
+
+
+def check_adapter(adapter: str) -> None:
+    """A broken adapter directory is a one-line error before any model is loaded."""
+    path = Path(adapter).expanduser()
+    if not path.is_dir():
+        raise ToolfidError(f"adapter directory not found: {path}")
+    cfg = path / "adapter_config.json"
+    try:
+        config = json.loads(cfg.read_text(encoding="utf-8"))
+    except OSError:
+        raise ToolfidError(f"{path} is not a PEFT adapter: no adapter_config.json") from None
+    except ValueError as exc:
+        raise ToolfidError(f"{cfg}: not valid JSON ({exc})") from None
+    if not isinstance(config, dict) or "peft_type" not in config:
+        raise ToolfidError(f"{cfg}: not a PEFT adapter config (no peft_type)")
+    if not any((path / name).is_file() for name in ("adapter_model.safetensors", "adapter_model.bin")):
+        raise ToolfidError(f"{path}: no adapter weights (adapter_model.safetensors)")
+
+
+class ModelSession:
+    """A base model loaded once, with any number of adapters attached by name."""
+
+    def __init__(self, base: str, first_adapter: str, batch_size: int | str = 16, device: str | None = None,
+                 dtype: str | None = None) -> None:
+        from lm_eval.models.huggingface import HFLM
+
+        check_base(base)
+        check_adapter(first_adapter)
+        self.base = base
+        import torch
+
+        kwargs: dict[str, Any] = {"pretrained": base, "peft": first_adapter, "batch_size": batch_size,
+                                  "device": device or ("cuda" if torch.cuda.is_available() else "cpu")}
+        if dtype:
+            kwargs["dtype"] = dtype
+        self.lm = HFLM(**kwargs)
+        self.model_args = {"pretrained": base, **({"dtype": dtype} if dtype else {})}
+        self.adapters: dict[str, str] = {"default": first_adapter}
+        self.active = "default"
+
+    @property
+    def peft_model(self) -> Any:
+        return self.lm.model
+
+    def add_adapter(self, name: str, path: str) -> None:
+        check_adapter(path)
+        self.peft_model.load_adapter(path, adapter_name=name)
+        self.adapters[name] = path
+
+    def activate(self, name: str) -> None:
+        self.peft_model.set_adapter(name)
+        self.active = name
+
+    @contextlib.contextmanager
+    def base_view(self) -> Iterator[None]:
+        with self.peft_model.disable_adapter():
+            yield
+
+    def evaluate(self, task: str, metadata: dict[str, Any], adapter: str | None, label: str,
+                 out_dir: Path | None = None) -> ViewResult:
+        """Run the task in the current view; ``adapter`` is what the task records as ``peft``."""
+        from lm_eval import simple_evaluate
+        from lm_eval.tasks import TaskManager
+
+        model_args = dict(self.model_args, **({"peft": adapter} if adapter else {}))
+        meta = {**model_args, **metadata}
+        manager = TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
+        out = simple_evaluate(model=self.lm, model_args=model_args, tasks=[task], task_manager=manager,
+                              log_samples=True, bootstrap_iters=0)
+        if out is None:
+            raise ToolfidError("lm-eval returned no results")
+        samples = out.pop("samples", {}).get(task, [])
+        view = ViewResult(label=label, adapter=adapter, results=out, samples=samples)
+        if out_dir is not None:
+            view.path = save_view(view, out_dir)
+        return view
+
+
+def save_view(view: ViewResult, out_dir: Path) -> Path:
+    """Write a view's results and samples at once, so nothing is lost if a later view fails."""
+    folder = out_dir / view.label
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(json.dumps(view.results, indent=2, default=str), encoding="utf-8")
+    with (folder / "samples.jsonl").open("w", encoding="utf-8") as fh:
+        for sample in view.samples:
+            fh.write(json.dumps(sample, default=str, ensure_ascii=False) + "\n")
+    return folder / "results.json"
+
+
+def run_views(base: str, adapters: dict[str, str], task: str, metadata: dict[str, Any],
+              batch_size: int | str = 16, out_dir: Path | None = None) -> tuple[ViewResult, list[ViewResult]]:
+    """Base view once, then every adapter view, all on one loaded model."""
+    for path in adapters.values():
+        check_adapter(path)
+    names = list(adapters)
+    session = ModelSession(base, adapters[names[0]], batch_size=batch_size)
+    for name in names[1:]:
+        session.add_adapter(name, adapters[name])
+    with session.base_view():
+        base_view = session.evaluate(task, metadata, adapter=None, label="base", out_dir=out_dir)
+    views = []
+    for i, name in enumerate(names):
+        session.activate("default" if i == 0 else name)
+        views.append(session.evaluate(task, metadata, adapter=adapters[name], label=name, out_dir=out_dir))
+    return base_view, views
