@@ -13,7 +13,8 @@ from typing import Any
 
 from .records import ParsedGeneration, SurfaceFormat, ToolCall
 
-MAX_SCAN_CHARS = 200_000  # absurd outputs are truncated for scanning, never crash the parser
+MAX_SCAN_CHARS = 50_000  # absurd outputs are truncated for scanning, never crash the parser
+MAX_START_ATTEMPTS = 200  # bounds the embedded-object search on hostile text
 
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
 
@@ -34,11 +35,11 @@ def _calls_from(obj: Any, surface: SurfaceFormat) -> list[ToolCall]:
     ]
 
 
-def balanced_objects(text: str) -> list[str]:
-    """Top-level balanced ``{...}`` substrings, left to right (braces inside strings ignored)."""
-    found: list[str] = []
-    depth, start, in_string, escape = 0, -1, False, False
-    for i, ch in enumerate(text):
+def balanced_from(text: str, start: int) -> int | None:
+    """Index just past the ``}`` that closes the ``{`` at ``start`` (braces in strings ignored)."""
+    depth, in_string, escape = 0, False, False
+    for i in range(start, len(text)):
+        ch = text[i]
         if in_string:
             if escape:
                 escape = False
@@ -46,16 +47,34 @@ def balanced_objects(text: str) -> list[str]:
                 escape = True
             elif ch == '"':
                 in_string = False
-        elif ch == '"' and depth > 0:
+        elif ch == '"':
             in_string = True
         elif ch == "{":
-            if depth == 0:
-                start = i
             depth += 1
-        elif ch == "}" and depth > 0:
+        elif ch == "}":
             depth -= 1
             if depth == 0:
-                found.append(text[start : i + 1])
+                return i + 1
+    return None
+
+
+def balanced_objects(text: str, max_attempts: int = MAX_START_ATTEMPTS) -> list[str]:
+    """Balanced ``{...}`` substrings that parse as JSON, left to right.
+
+    A ``{`` in prose can open a span that never parses; then the scan restarts at the next
+    ``{`` rather than giving up, so ``He said "hi {" then {...}`` still finds the call.
+    """
+    found: list[str] = []
+    pos = text.find("{")
+    attempts = 0
+    while pos != -1 and attempts < max_attempts:
+        attempts += 1
+        end = balanced_from(text, pos)
+        if end is not None and isinstance(_loads(text[pos:end]), (dict, list)):
+            found.append(text[pos:end])
+            pos = text.find("{", end)
+        else:
+            pos = text.find("{", pos + 1)
     return found
 
 

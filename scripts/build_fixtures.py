@@ -506,17 +506,21 @@ def train(model, encoded, *, steps: int, batch_size: int, lr: float, seed: int, 
         frac = (step - warmup) / max(1, steps - warmup)
         return lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
 
+    core = model.get_base_model() if hasattr(model, "get_base_model") else model
     model.train()
     step, t0, running = 0, time.time(), 0.0
-    pad = encoded_pad_id = model.config.pad_token_id
-    del encoded_pad_id
+    pad = core.config.pad_token_id
     while step < steps:
         for inp, lab in batches(encoded, batch_size, rng, pad, left_pad_prob, max_left_pad):
             if step >= steps:
                 break
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
-            loss = model(input_ids=inp, labels=lab).loss
+            # Project to the vocabulary only where there is a label (targets are ~15% of tokens).
+            hidden = core.model(input_ids=inp).last_hidden_state[:, :-1]
+            want = lab[:, 1:] != -100
+            logits = core.lm_head(hidden[want])
+            loss = torch.nn.functional.cross_entropy(logits, lab[:, 1:][want])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -549,21 +553,25 @@ def judge(text: str, case: Case) -> tuple[bool, bool]:
 
 
 @torch.no_grad()
-def generate_all(model, tokenizer, cases: list[Case], batch_size: int = 1) -> list[str]:
-    """Greedy continuations cut at the first stop sequence.
+def generate_all(model, tokenizer, cases: list[Case], batch_size: int = 16, lm_eval_style: bool = False) -> list[str]:
+    """Greedy continuations (left-padded batches), each cut at the first stop sequence.
 
-    ``batch_size`` > 1 mirrors lm-eval's HFLM: left padding with pad (= EOS) and no attention
-    mask passed to ``generate``.
+    By default an attention mask hides the padding (same result as one prompt at a time).
+    ``lm_eval_style`` mirrors lm-eval's HFLM instead: no attention mask is passed, and since
+    pad == EOS, ``generate`` cannot infer one, so the model sees the left padding.
     """
     model.eval()
     out: list[str] = []
     prompts = [render_prompt(c, SETTINGS) for c in cases]
+    pad = tokenizer.pad_token_id
     for i in range(0, len(prompts), batch_size):
         chunk = [tokenizer.encode(p, add_special_tokens=False) for p in prompts[i:i + batch_size]]
         width = max(len(c) for c in chunk)
-        inp = torch.tensor([[tokenizer.pad_token_id] * (width - len(c)) + c for c in chunk])
+        inp = torch.tensor([[pad] * (width - len(c)) + c for c in chunk])
+        kwargs = {} if lm_eval_style else {
+            "attention_mask": torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunk])}
         gen = model.generate(input_ids=inp, do_sample=False, max_new_tokens=MAX_NEW_TOKENS,
-                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+                             pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, **kwargs)
         for row in gen[:, width:]:
             text = tokenizer.decode(row.tolist(), skip_special_tokens=True)
             out.append(text.split(STOP, 1)[0])

@@ -1,0 +1,55 @@
+"""Shared fixtures: offline hub, an isolated toolfid home, paths of the bundled fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture()
+def toolfid_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "toolfid-home"
+    monkeypatch.setenv("TOOLFID_HOME", str(home))
+    return home
+
+
+def make_case(**overrides):
+    from lm_eval_toolfid.records import Case
+
+    data = {
+        "id": "c1",
+        "prompt": "What's the weather in Paris in celsius?",
+        "tools": [{
+            "name": "get_weather",
+            "description": "Current weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                    "days": {"type": "integer", "minimum": 1},
+                    "where": {"type": "object", "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
+                              "required": ["lat", "lon"]},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["city"],
+            },
+        }, {
+            "name": "get_time",
+            "description": "Current time",
+            "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]},
+        }],
+        "gold_tool_name": "get_weather",
+    }
+    data.update(overrides)
+    return Case.model_validate(data)

@@ -1,0 +1,89 @@
+"""Base references: stored under a full identity key, never used when anything differs."""
+
+import json
+
+import pytest
+
+from lm_eval_toolfid.errors import ToolfidError
+from lm_eval_toolfid.pairing import (
+    RunKey,
+    base_identity,
+    dir_fingerprint,
+    find_reference,
+    reference_from_samples,
+    request_hash,
+    write_reference,
+)
+
+
+def key(**over):
+    data = {"base": {"pretrained": "org/model", "revision": "main"}, "case_set": "abc", "prompt": "p1",
+            "generation": {"until": ["\n###"], "do_sample": False, "max_gen_toks": 64}}
+    data.update(over)
+    return RunKey(**data)
+
+
+def test_round_trip_and_every_key_field_matters(tmp_path):
+    hashes, gens = {"a": "h1", "b": "h2"}, {"a": "{...}", "b": "prose"}
+    write_reference(key(), hashes, gens, tmp_path)
+    ref = find_reference(key(), tmp_path)
+    assert ref is not None and ref.generations == gens
+    assert ref.mismatch(hashes) is None
+    for other in (key(case_set="zzz"), key(prompt="p2"), key(generation={"until": ["\n\n"]}),
+                  key(base={"pretrained": "org/model", "revision": "v2"})):
+        assert find_reference(other, tmp_path) is None
+
+
+def test_stale_reference_reports_why(tmp_path):
+    write_reference(key(), {"a": "h1"}, {"a": "x"}, tmp_path)
+    ref = find_reference(key(), tmp_path)
+    assert "lacks 1 of 2" in ref.mismatch({"a": "h1", "b": "h2"})
+    assert "differ for 1" in ref.mismatch({"a": "other"})
+
+
+def test_hand_edited_reference_is_not_used(tmp_path):
+    path = write_reference(key(), {"a": "h1"}, {"a": "x"}, tmp_path)
+    payload = json.loads(path.read_text())
+    payload["key"]["case_set"] = "tampered"
+    path.write_text(json.dumps(payload))
+    assert find_reference(key(), tmp_path) is None
+
+
+def test_local_base_identity_has_a_content_fingerprint(tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"\x00" * 100)
+    ident = base_identity({"pretrained": str(model), "peft": "/x", "batch_size": 8})
+    assert ident["pretrained"] == str(model.resolve()) and "peft" not in ident and "batch_size" not in ident
+    before = ident["fingerprint"]
+    (model / "model.safetensors").write_bytes(b"\x01" * 100)
+    assert dir_fingerprint(model) != before
+    assert "fingerprint" not in base_identity({"pretrained": "org/hub-model"})
+    with pytest.raises(ToolfidError):
+        base_identity({})
+
+
+def test_reference_from_lm_eval_samples(tmp_path):
+    samples = tmp_path / "samples_tool_use_fidelity_2026-01-01T00-00-00.jsonl"
+    gen = {"until": ["\n###"], "do_sample": False}
+    rows = [{"doc": {"id": "a"}, "arguments": {"gen_args_0": {"arg_0": "PROMPT", "arg_1": gen}},
+             "filtered_resps": ['{"name": "x", "arguments": {}}']}]
+    samples.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    ref = reference_from_samples(samples, {"a"})
+    assert ref.generations == {"a": '{"name": "x", "arguments": {}}'}
+    assert ref.prompt_hashes == {"a": request_hash("PROMPT", gen)}
+    # the results file beside it says it was an adapter run: refused
+    (tmp_path / "results_2026-01-01T00-00-00.json").write_text(
+        json.dumps({"config": {"model_args": {"pretrained": "b", "peft": "a"}}}))
+    with pytest.raises(ToolfidError, match="adapter run"):
+        reference_from_samples(samples, {"a"})
+
+
+def test_bad_samples_files_are_one_line_errors(tmp_path):
+    with pytest.raises(ToolfidError, match="not found"):
+        reference_from_samples(tmp_path / "nope.jsonl", {"a"})
+    bad = tmp_path / "samples_x.jsonl"
+    bad.write_text('{"unrelated": 1}\n')
+    with pytest.raises(ToolfidError, match=r"samples_x.jsonl:1"):
+        reference_from_samples(bad, {"a"})

@@ -1,0 +1,54 @@
+"""Statistics helpers and the compound verdict."""
+
+import math
+
+import pytest
+
+from lm_eval_toolfid.records import Summary
+from lm_eval_toolfid.stats import jeffreys_rate, mcnemar_exact_p, mean_stderr, wilson_interval
+from lm_eval_toolfid.verdict import NullComparison, VerdictConfig, judge
+
+
+def test_mcnemar_exact():
+    assert mcnemar_exact_p([0, 0, 0]) == 1.0
+    # 10 lost, 0 gained: p = 2 * 0.5**10
+    assert mcnemar_exact_p([-1] * 10 + [0] * 50) == pytest.approx(2 * 0.5**10)
+    assert mcnemar_exact_p([-1, 1] * 5) == 1.0
+    assert 0 < mcnemar_exact_p([-1] * 600 + [1] * 500) < 0.01  # big n: no float underflow
+
+
+def test_paired_stderr_and_intervals():
+    assert mean_stderr([1, -1]) == pytest.approx(1.0)  # sample std √2 over √2
+    assert mean_stderr([0, 0, 0]) == 0.0
+    lo, hi = wilson_interval(0, 20)
+    assert lo == 0.0 and 0 < hi < 0.2
+    assert jeffreys_rate(0, 99) == pytest.approx(0.005)
+
+
+def summary(delta=0.0, halluc=0.0, valid=0.9):
+    return Summary(n=100, json_valid_rate=valid, parse_rate=1.0, hallucination_rate=halluc, n_valid=90,
+                   outcome_counts={}, paired=True, base_json_valid_rate=valid - delta, validity_delta=delta)
+
+
+def test_compound_rule():
+    assert judge(summary()).passed is True
+    assert judge(summary(delta=-0.05)).passed is True  # floor is inclusive
+    v = judge(summary(delta=-0.2))
+    assert v.passed is False and v.failed_gates() == ["validity_delta"]
+    v = judge(summary(halluc=0.5))
+    assert v.passed is False and v.failed_gates() == ["hallucination_rate"]
+    assert judge(summary(delta=-0.2), VerdictConfig(validity_delta_floor=-0.3)).passed is True
+
+
+def test_unpaired_is_undecided():
+    s = Summary(n=10, json_valid_rate=1, parse_rate=1, hallucination_rate=0, n_valid=10, outcome_counts={})
+    assert judge(s).passed is None
+
+
+def test_z_gate_only_when_the_null_is_informative():
+    informative = NullComparison(z=1.0, null_mean=0.1, null_std=0.05, informative=True, null_validity_delta=-0.8)
+    v = judge(summary(), null=informative)
+    assert v.passed is False and v.failed_gates() == ["json_valid_z"]
+    useless = NullComparison(z=1.0, null_mean=0.88, null_std=0.05, informative=False, null_validity_delta=-0.01)
+    v = judge(summary(), null=useless)
+    assert v.passed is True and "not informative" in v.notes[0]
