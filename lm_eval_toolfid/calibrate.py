@@ -197,23 +197,32 @@ def write_calibration(calibration: Calibration, out: Path) -> None:
 def calibrate_in_process(base: str, adapter: str, runs: int, out: Path, task: str, metadata: dict[str, Any],
                          seed: int = 0, batch_size: int | str = 16,
                          multipliers: tuple[float, ...] = DEFAULT_MULTIPLIERS,
-                         null_dir: Path | None = None) -> Calibration:
-    """Load the base once (with the real adapter's LoRA modules), swap each null in, run, fit."""
-    from peft.utils import set_peft_model_state_dict
+                         null_dir: Path | None = None, session: Any = None) -> Calibration:
+    """Load the base once (with the real adapter's LoRA modules), swap each null in, run, fit.
+
+    With ``session`` (a loaded :class:`~lm_eval_toolfid.runner.ModelSession` whose ``default``
+    adapter is ``adapter``), no model is loaded and the real weights are restored afterwards.
+    """
+    from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
     from safetensors.torch import load_file
 
     from .runner import ModelSession
 
     null_dir = null_dir or out.parent / "null_adapters"
     paths = make_null_adapters(adapter, runs, null_dir, seed=seed, multipliers=multipliers)
-    session = ModelSession(base, adapter, batch_size=batch_size)
+    session = session or ModelSession(base, adapter, batch_size=batch_size)
+    session.activate("default")
+    real = {k: v.detach().clone() for k, v in get_peft_model_state_dict(session.peft_model, adapter_name="default").items()}
     with session.base_view():  # the base reference every null run pairs with
         session.evaluate(task, metadata, adapter=None, label="base")
     results = []
-    for path in paths:
-        state = load_file(str(path / "adapter_model.safetensors"))
-        set_peft_model_state_dict(session.peft_model, state, adapter_name="default")
-        results.append(session.evaluate(task, metadata, adapter=str(path), label=path.name).results)
+    try:
+        for path in paths:
+            state = load_file(str(path / "adapter_model.safetensors"))
+            set_peft_model_state_dict(session.peft_model, state, adapter_name="default")
+            results.append(session.evaluate(task, metadata, adapter=str(path), label=path.name).results)
+    finally:
+        set_peft_model_state_dict(session.peft_model, real, adapter_name="default")
     calibration = calibration_from_results(results, task)
     write_calibration(calibration, out)
     return calibration

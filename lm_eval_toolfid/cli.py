@@ -60,15 +60,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     adapters = _adapters(args.adapter)
     out_dir = _out_dir(args)
     metadata = _metadata(args)
+    session = None
     if args.null_runs:
         from .calibrate import calibrate_in_process
+        from .calibration import adapter_shape
+        from .runner import ModelSession
 
+        shapes = {adapter_shape(p)["hash"] for p in adapters.values()}
+        if len(shapes) > 1:
+            raise ToolfidError("--null-runs calibrates one adapter shape; these adapters differ in shape: "
+                               "calibrate them in separate runs")
+        first = next(iter(adapters.values()))
+        session = ModelSession(args.base, first, batch_size=args.batch_size)
         calib_path = out_dir / "calibration.json"
-        calibrate_in_process(args.base, next(iter(adapters.values())), args.null_runs, calib_path, args.task,
-                             metadata, seed=args.seed, batch_size=args.batch_size)
+        calibrate_in_process(args.base, first, args.null_runs, calib_path, args.task, metadata, seed=args.seed,
+                             session=session)
         metadata["calibration"] = str(calib_path)
     base_view, views = run_views(args.base, adapters, args.task, metadata, batch_size=args.batch_size,
-                                 out_dir=out_dir)
+                                 out_dir=out_dir, session=session)
     rows = [row_from_results(v.results, v.label, args.task) for v in views]
     base_row = row_from_results(base_view.results, "base", args.task)
     if args.json:

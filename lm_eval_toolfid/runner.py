@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -37,12 +36,15 @@ class ViewResult:
 
 
 def check_base(base: str) -> None:
+    """A local base must be a model directory; anything path-like that does not exist is an error."""
     path = Path(base).expanduser()
-    if path.exists():
-        if not (path / "config.json").is_file():
+    if path.is_dir():
+        if not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
             raise ToolfidError(f"base model directory {path} has no config.json")
-    elif os.environ.get("HF_HUB_OFFLINE") == "1" and "/" not in base:
-        raise ToolfidError(f"base model {base!r} is neither a local directory nor a hub id")
+    elif path.exists():
+        raise ToolfidError(f"base model {path} is a file, not a model directory")
+    elif base.startswith(("/", ".", "~")) or base.count("/") > 1:
+        raise ToolfidError(f"base model not found: {base}")
 
 
 def check_adapter(adapter: str) -> None:
@@ -134,12 +136,16 @@ def save_view(view: ViewResult, out_dir: Path) -> Path:
 
 
 def run_views(base: str, adapters: dict[str, str], task: str, metadata: dict[str, Any],
-              batch_size: int | str = 16, out_dir: Path | None = None) -> tuple[ViewResult, list[ViewResult]]:
-    """Base view once, then every adapter view, all on one loaded model."""
+              batch_size: int | str = 16, out_dir: Path | None = None,
+              session: ModelSession | None = None) -> tuple[ViewResult, list[ViewResult]]:
+    """Base view once, then every adapter view, all on one loaded model.
+
+    ``session`` reuses an already loaded model whose ``default`` adapter is the first adapter.
+    """
     for path in adapters.values():
         check_adapter(path)
     names = list(adapters)
-    session = ModelSession(base, adapters[names[0]], batch_size=batch_size)
+    session = session or ModelSession(base, adapters[names[0]], batch_size=batch_size)
     for name in names[1:]:
         session.add_adapter(name, adapters[name])
     with session.base_view():

@@ -62,3 +62,8 @@ class TaskSettings(BaseModel):
     @property
     def is_adapter_run(self) -> bool:
         return self.adapter_path is not None
+
+    @property
+    def uses_calibration(self) -> bool:
+        """z-scores apply to adapter runs; a base run given a calibration ignores it."""
+        return bool(self.calibration) and self.is_adapter_run

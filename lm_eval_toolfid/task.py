@@ -105,6 +105,8 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     def construct_requests(self, doc: dict[str, Any], ctx: Any, **kwargs: Any) -> Any:
         instance = super().construct_requests(doc, ctx, **kwargs)
+        if self.settings.uses_calibration:
+            _ = self.null  # refuse an incompatible calibration before any generation, not after
         case = self.case_of(doc)
         context, gen_kwargs = instance.arguments[0], instance.arguments[1]
         if case.max_new_tokens is not None:
@@ -190,7 +192,7 @@ class ToolUseFidelityTask(ConfigurableTask):
                 arg_disagreement=scored.arg_disagreement,
                 fidelity_pass=scored.model_dump(mode="json"),
             )
-        if self.settings.calibration:
+        if self.settings.uses_calibration:
             items["json_valid_z"] = int(ft.valid)
         return items
 
@@ -198,8 +200,8 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     @cached_property
     def null(self) -> calib.Calibration | None:
-        if not self.settings.calibration:
-            return None
+        if not self.settings.uses_calibration:
+            return None  # a base run has nothing to z-score
         try:
             calibration = calib.load_calibration(self.settings.calibration)
             if self.run_key is None:

@@ -1,0 +1,157 @@
+"""End to end through the real ``lm_eval`` CLI on the bundled tiny model and its three adapters.
+
+The user's two-run flow: a base run stores its reference; each adapter run pairs with it
+automatically and reports paired metrics and the verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lm_eval_toolfid.bundled import fixture_paths
+from lm_eval_toolfid.records import PairScore
+
+from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, metrics, read_run, toolfid_meta
+
+pytestmark = pytest.mark.slow
+FIX = fixture_paths()
+PAIRED = {"json_valid_rate", "parse_rate", "hallucination_rate", "base_json_valid_rate", "validity_delta",
+          "arg_disagreement", "fidelity_pass", "validity_mcnemar_p"}
+
+
+@pytest.fixture(scope="module")
+def two_run_flow(tmp_path_factory):
+    """Base run, then each adapter run, all through the lm_eval CLI, sharing one reference store."""
+    root = tmp_path_factory.mktemp("cli")
+    home = root / "home"
+    runs = {}
+    for name, model_args in [("base", f"pretrained={FIX['base']}")] + [
+            (n, f"pretrained={FIX['base']},peft={p}") for n, p in FIX["adapters"].items()]:
+        proc = lm_eval_cli(model_args, root / name, home)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[name] = (*read_run(root / name), proc.stderr)
+    return root, runs
+
+
+def test_base_run_reports_unpaired_metrics_and_stores_a_reference(two_run_flow):
+    _, runs = two_run_flow
+    results, samples, _ = runs["base"]
+    m = metrics(results)
+    assert set(m) == {"json_valid_rate", "parse_rate", "hallucination_rate"}
+    assert m["json_valid_rate"] >= 0.9  # the fixture model really calls tools
+    assert len(samples) == results["n-samples"][FIXTURE_TASK]["effective"] >= 40
+    assert os.path.isfile(toolfid_meta(results)["reference_written"])
+
+
+def test_adapter_runs_pair_automatically_and_report_every_metric(two_run_flow):
+    _, runs = two_run_flow
+    for name in FIX["adapters"]:
+        results, samples, stderr = runs[name]
+        assert PAIRED <= set(metrics(results)), name
+        assert toolfid_meta(results)["pairing"].startswith("reference store"), name
+        assert "paired with base reference" in stderr or "paired" in toolfid_meta(results)["pairing"]
+        base_rate = metrics(runs["base"][0])["json_valid_rate"]
+        assert metrics(results)["base_json_valid_rate"] == pytest.approx(base_rate)
+        # the per-case record in the samples explains each case
+        record = PairScore.model_validate(samples[0]["fidelity_pass"])
+        assert record.base is not None and record.case_id == samples[0]["doc"]["id"]
+
+
+def test_verdicts_of_the_three_adapters(two_run_flow):
+    _, runs = two_run_flow
+    faithful, halluc, broken = (metrics(runs[n][0]) for n in ("faithful", "hallucinating", "broken"))
+    assert faithful["fidelity_pass"] == 1.0
+    assert halluc["fidelity_pass"] == 0.0 and halluc["hallucination_rate"] >= 0.5
+    assert broken["fidelity_pass"] == 0.0 and broken["validity_delta"] <= -0.5
+    gates = {g["name"]: g["passed"] for g in toolfid_meta(runs["broken"][0])["verdict"]["gates"]}
+    assert gates["validity_delta"] is False
+    gates = {g["name"]: g["passed"] for g in toolfid_meta(runs["hallucinating"][0])["verdict"]["gates"]}
+    assert gates["hallucination_rate"] is False
+    # paired stderr of the delta comes from lm-eval's own mean_stderr over per-case deltas
+    stderr = runs["broken"][0]["results"][FIXTURE_TASK]["validity_delta_stderr,none"]
+    assert isinstance(stderr, float) and stderr > 0
+
+
+def test_toolfid_run_matches_the_two_run_flow_case_by_case(two_run_flow, tmp_path):
+    _, runs = two_run_flow
+    out = tmp_path / "demo"
+    env = dict(os.environ, TOOLFID_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1")
+    proc = subprocess.run([str(BIN / "toolfid"), "demo", "--output", str(out)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = proc.stdout
+    assert "faithful" in table and "PASS" in table and "FAIL" in table
+    for name in FIX["adapters"]:
+        cli_cases = {s["doc"]["id"]: PairScore.model_validate(s["fidelity_pass"]) for s in runs[name][1]}
+        inproc = [json.loads(line) for line in (out / name / "samples.jsonl").read_text().splitlines()]
+        in_cases = {s["doc"]["id"]: PairScore.model_validate(s["fidelity_pass"]) for s in inproc}
+        assert in_cases == cli_cases, name
+    for line in table.splitlines():
+        if line.startswith("faithful"):
+            assert " PASS " in line
+        if line.startswith(("hallucinating", "broken")):
+            assert " FAIL " in line
+
+
+def test_base_samples_override_pairs_without_the_store(two_run_flow, tmp_path):
+    root, runs = two_run_flow
+    base_samples = sorted((root / "base").rglob(f"samples_{FIXTURE_TASK}_*.jsonl"))[-1]
+    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={FIX['adapters']['broken']}", tmp_path / "o",
+                       tmp_path / "empty-home", metadata={"base_samples": str(base_samples)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results, _ = read_run(tmp_path / "o")
+    assert toolfid_meta(results)["pairing"].startswith("base_samples")
+    assert metrics(results)["validity_delta"] == pytest.approx(metrics(runs["broken"][0])["validity_delta"])
+
+
+def test_no_reference_means_adapter_metrics_and_one_warning(tmp_path):
+    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "o",
+                       tmp_path / "empty-home", metadata={"demos": 1})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results, _ = read_run(tmp_path / "o")
+    assert set(metrics(results)) == {"json_valid_rate", "parse_rate", "hallucination_rate"}
+    assert proc.stderr.count("no base reference") == 1
+
+
+def test_a_stale_reference_is_never_used(two_run_flow, tmp_path):
+    """Same store, but the adapter run asks for other prompt settings: the base reference does not match."""
+    root, _ = two_run_flow
+    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "o",
+                       root / "home", metadata={"demos": 1})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results, _ = read_run(tmp_path / "o")
+    assert "validity_delta" not in metrics(results)
+
+
+def test_bad_input_is_one_line(tmp_path):
+    bad_cases = tmp_path / "bad.jsonl"
+    bad_cases.write_text('{"id": "x", "prompt": "p"}\n')
+    proc = lm_eval_cli(f"pretrained={FIX['base']}", tmp_path / "o", tmp_path / "h",
+                       metadata={"cases": str(bad_cases)})
+    assert proc.returncode != 0
+    assert f"{bad_cases}:1:" in proc.stderr and "Traceback" not in proc.stderr
+    # toolfid's pass-through checks the adapter directory before lm-eval loads anything
+    broken_dir = tmp_path / "not-an-adapter"
+    broken_dir.mkdir()
+    proc = subprocess.run([str(BIN / "toolfid"), "lm-eval", "--tasks", FIXTURE_TASK, "--model", "hf",
+                           "--model_args", f"pretrained={FIX['base']},peft={broken_dir}"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "no adapter_config.json" in proc.stderr and "Traceback" not in proc.stderr
+    proc = subprocess.run([str(BIN / "toolfid"), "run", "--base", str(tmp_path / "nope"), "--adapter",
+                           FIX["adapters"]["faithful"]], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_installed_entry_points(tmp_path):
+    proc = subprocess.run([str(BIN / "toolfid"), "fixtures"], capture_output=True, text=True, check=True)
+    paths = json.loads(proc.stdout)
+    assert set(paths["adapters"]) == {"faithful", "hallucinating", "broken"}
+    assert os.path.isdir(paths["base"]) and os.path.isfile(paths["cases"])
+    tasks = subprocess.run([str(BIN / "toolfid"), "tasks-path"], capture_output=True, text=True, check=True)
+    assert os.path.isfile(os.path.join(tasks.stdout.strip(), "tool_use_fidelity", "tool_use_fidelity.yaml"))
+    assert sys.executable  # the same interpreter runs both
