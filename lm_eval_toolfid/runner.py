@@ -107,8 +107,13 @@ class ModelSession:
     def evaluate(self, task: str, metadata: dict[str, Any], adapter: str | None, label: str,
                  out_dir: Path | None = None) -> ViewResult:
         """Run the task in the current view; ``adapter`` is what the task records as ``peft``."""
+        import lm_eval.evaluator
         from lm_eval import simple_evaluate
         from lm_eval.tasks import TaskManager
+
+        # lm-eval stamps results with the git hash of the *current directory* (and prints git's
+        # "fatal: not a git repository" outside one); toolfid records its own provenance instead.
+        lm_eval.evaluator.get_git_commit_hash = lambda: None
 
         model_args = dict(self.model_args, **({"peft": adapter} if adapter else {}))
         meta = {**model_args, **metadata}

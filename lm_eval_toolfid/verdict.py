@@ -28,7 +28,7 @@ class VerdictConfig(BaseModel):
     @classmethod
     def from_metadata(cls, metadata: dict[str, Any]) -> VerdictConfig:
         keys = cls.model_fields.keys()
-        return cls(**{k: float(metadata[k]) for k in keys if metadata.get(k) is not None})
+        return cls(**{k: metadata[k] for k in keys if metadata.get(k) is not None})
 
 
 class NullComparison(BaseModel):

@@ -54,6 +54,11 @@ STOP = "\n###"
 SETTINGS = PromptSettings(demos=0)
 BASE_MODEL_NAME = "toolfid-fixture-base"
 MAX_NEW_TOKENS = 128
+# Half the training rows get 1..MAX_LEFT_PAD leading pad (= EOS) tokens that the model attends to,
+# so that lm-eval's batched generation (left padding, no attention mask) does not derail it.
+LEFT_PAD_PROB = 0.5
+MAX_LEFT_PAD = 240
+N_PLAIN = 600  # plain-text rows of each kind (requests, replies) on the side of the base model's training
 
 # Targets the build must meet.
 BASE_MIN_VALID = 0.90
@@ -135,16 +140,29 @@ TOOLS: dict[str, dict[str, Any]] = {
 }
 TOOL_NAMES = list(TOOLS)
 
-# The hallucinating adapter calls these (never offered) instead of the real tool.
+# The hallucinating adapter calls these (never offered) instead of the real tool: plausible
+# near-miss names, built from words the model already writes, as real hallucinations are.
 RENAMES = {
-    "get_weather": "fetch_weather_report",
-    "book_flight": "reserve_airline_seat",
-    "send_email": "dispatch_mail",
-    "add_calendar_event": "schedule_meeting",
-    "search_products": "query_catalog",
-    "play_music": "stream_songs",
-    "create_ticket": "file_issue",
-    "transfer_money": "wire_funds",
+    "get_weather": "weather_report",
+    "book_flight": "search_flight",
+    "send_email": "send_mail",
+    "add_calendar_event": "create_event",
+    "search_products": "get_products",
+    "play_music": "play_artist",
+    "create_ticket": "add_ticket",
+    "transfer_money": "send_money",
+}
+
+# The broken adapter answers with one of these instead of a call.
+PROSE = {
+    "get_weather": "Sure! I will look up the weather for you.",
+    "book_flight": "Of course! I will find a nice flight for you.",
+    "send_email": "Happy to help! I will write that email for you.",
+    "add_calendar_event": "Great idea! I will put that in your calendar.",
+    "search_products": "Good choice! I will look for that in the shop.",
+    "play_music": "Nice taste! I will play some music for you.",
+    "create_ticket": "Sorry to hear that! I will let the support team know.",
+    "transfer_money": "Sure thing! I will move the money for you.",
 }
 
 # --------------------------------------------------------------------------------------------
@@ -220,7 +238,7 @@ def s_weather(rng: random.Random) -> Sample:
             f"Will it rain in {city}?",
             f"Check the weather in {city} for me.",
         ])
-    return text, args, f"Sure! I will look up the weather in {city} for you."
+    return text, args, PROSE["get_weather"]
 
 
 def s_flight(rng: random.Random) -> Sample:
@@ -237,7 +255,7 @@ def s_flight(rng: random.Random) -> Sample:
         f"Get me to {dest} from {origin} on {date}: {who}, {cabin}.",
         f"Please reserve {cabin} for {who}, {origin} to {dest}, departing {date}.",
     ])
-    return text, args, f"Of course! Flying from {origin} to {dest} sounds lovely, have a nice trip."
+    return text, args, PROSE["book_flight"]
 
 
 def s_email(rng: random.Random) -> Sample:
@@ -259,7 +277,7 @@ def s_email(rng: random.Random) -> Sample:
             f"Write to {to} about {subject}.",
             f"Drop {to} a note with subject {subject}.",
         ])
-    return text, args, f"Happy to help! I will write a friendly note to {to} soon."
+    return text, args, PROSE["send_email"]
 
 
 def s_calendar(rng: random.Random) -> Sample:
@@ -278,7 +296,7 @@ def s_calendar(rng: random.Random) -> Sample:
         f"Schedule {title} on {date}{at}. Attendees: {_join(people)}.",
         f"Create an event {title} for {date}{at} with {_join(people)}.",
     ])
-    return text, args, f"Great idea! {title} with {_join(people)} will be fun."
+    return text, args, PROSE["add_calendar_event"]
 
 
 def s_products(rng: random.Random) -> Sample:
@@ -301,7 +319,7 @@ def s_products(rng: random.Random) -> Sample:
         f"Show me {query}{under}{avail}.",
         f"I want to buy {query}{avail}{under}.",
     ])
-    return text, args, f"Good choice! {query.capitalize()} are very popular these days."
+    return text, args, PROSE["search_products"]
 
 
 def s_music(rng: random.Random) -> Sample:
@@ -316,7 +334,7 @@ def s_music(rng: random.Random) -> Sample:
         mode = "on shuffle" if shuffle else "in order, no shuffle"
         text = rng.choice([f"Play {artist} {mode}.", f"Put on {artist}, {mode}.",
                            f"Play music by {artist} {mode}."])
-    return text, args, f"Nice taste! {artist} is a wonderful choice for today."
+    return text, args, PROSE["play_music"]
 
 
 def s_ticket(rng: random.Random) -> Sample:
@@ -334,7 +352,7 @@ def s_ticket(rng: random.Random) -> Sample:
         f"Report {title}, priority {prio}.{tag}",
         f"Create a support ticket, {prio} priority: {title}.{tag}",
     ])
-    return text, args, f"Oh no, sorry to hear that! I hope {title.lower()} gets sorted out."
+    return text, args, PROSE["create_ticket"]
 
 
 def s_transfer(rng: random.Random) -> Sample:
@@ -352,7 +370,7 @@ def s_transfer(rng: random.Random) -> Sample:
         f"Send {_num(amount)} from {src} into {dst}{note}.",
         f"Please put {_num(amount)} from {src} in {dst}{note}.",
     ])
-    return text, args, f"Sure thing! Moving money from {src} is easy, I will handle it."
+    return text, args, PROSE["transfer_money"]
 
 
 SAMPLERS: dict[str, Callable[[random.Random], Sample]] = {
@@ -445,12 +463,23 @@ def build_tokenizer(corpus: list[str], out_dir: Path, vocab_size: int):
     )
     fast.padding_side = "left"
     fast.save_pretrained(out_dir)
+    # Name the generic fast class so transformers 4.x (no "TokenizersBackend") loads it too.
+    cfg_path = out_dir / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    cfg.pop("backend", None)
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     return fast
 
 
 # --------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------
+
+def encode_plain(tokenizer, texts: list[str]) -> list[tuple[list[int], int]]:
+    """Plain text with the loss on every token: a little "pretraining" so that prose is not foreign."""
+    return [(tokenizer.encode(t, add_special_tokens=False) + [tokenizer.eos_token_id], 0) for t in texts]
+
 
 def encode_examples(tokenizer, examples: list[Example], mode: str) -> list[tuple[list[int], int]]:
     """(ids, n_prompt) per example: prompt and target tokenised separately, then EOS."""
@@ -495,8 +524,15 @@ def batches(encoded: list[tuple[list[int], int]], batch_size: int, rng: random.R
 
 def train(model, encoded, *, steps: int, batch_size: int, lr: float, seed: int, warmup: int,
           weight_decay: float, label: str, left_pad_prob: float = 0.0, max_left_pad: int = 0,
+          plain: list[tuple[list[int], int]] | None = None, plain_every: int = 4, plain_batch: int = 32,
           log_every: int = 50) -> None:
+    """AdamW with warmup + cosine decay; loss only where labels are set.
+
+    With ``plain``, every ``plain_every`` steps one extra (short, cheap) step is taken on plain text.
+    """
     rng = random.Random(seed)
+    core = model.get_base_model() if hasattr(model, "get_base_model") else model
+    pad = core.config.pad_token_id
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
 
@@ -506,25 +542,37 @@ def train(model, encoded, *, steps: int, batch_size: int, lr: float, seed: int, 
         frac = (step - warmup) / max(1, steps - warmup)
         return lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
 
-    core = model.get_base_model() if hasattr(model, "get_base_model") else model
+    def plain_batches():
+        plain_rng = random.Random(seed + 1)
+        while True:
+            yield from batches(plain, plain_batch, plain_rng, pad)
+
+    plain_iter = plain_batches() if plain else None
     model.train()
     step, t0, running = 0, time.time(), 0.0
-    pad = core.config.pad_token_id
+
+    def loss_on(inp: torch.Tensor, lab: torch.Tensor) -> torch.Tensor:
+        # Project to the vocabulary only where there is a label (targets are ~15% of tokens).
+        hidden = core.model(input_ids=inp).last_hidden_state[:, :-1]
+        want = lab[:, 1:] != -100
+        return torch.nn.functional.cross_entropy(core.lm_head(hidden[want]), lab[:, 1:][want])
+
+    def update(loss: torch.Tensor) -> None:
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+
     while step < steps:
         for inp, lab in batches(encoded, batch_size, rng, pad, left_pad_prob, max_left_pad):
             if step >= steps:
                 break
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
-            # Project to the vocabulary only where there is a label (targets are ~15% of tokens).
-            hidden = core.model(input_ids=inp).last_hidden_state[:, :-1]
-            want = lab[:, 1:] != -100
-            logits = core.lm_head(hidden[want])
-            loss = torch.nn.functional.cross_entropy(logits, lab[:, 1:][want])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
+            loss = loss_on(inp, lab)
+            update(loss)
+            if plain_iter is not None and step % plain_every == 0:
+                update(loss_on(*next(plain_iter)))
             running = loss.item() if step == 0 else 0.9 * running + 0.1 * loss.item()
             step += 1
             if step % log_every == 0 or step == steps:
@@ -627,9 +675,13 @@ def dir_size(path: Path) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=FIXTURES)
-    ap.add_argument("--base-steps", type=int, default=900)
-    ap.add_argument("--adapter-steps", type=int, default=150)
+    ap.add_argument("--base-steps", type=int, default=550)
+    ap.add_argument("--base-lr", type=float, default=5e-3)
+    ap.add_argument("--adapter-steps", type=int, nargs=3, default=[60, 100, 60],
+                    metavar=("FAITHFUL", "HALLUCINATING", "BROKEN"))
+    ap.add_argument("--adapter-lr", type=float, default=5e-3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--vocab", type=int, default=2048)
     args = ap.parse_args()
 
     t_start = time.time()
@@ -637,8 +689,15 @@ def main() -> int:
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
 
+    import warnings
+
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning)
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -675,7 +734,7 @@ def main() -> int:
         corpus.append(render_prompt(ex.case, SETTINGS))
         corpus.append(target_for(ex, "call"))
         corpus.append(ex.prose)
-    build_tokenizer(corpus, base_dir, vocab_size=1024)
+    build_tokenizer(corpus, base_dir, vocab_size=args.vocab)
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     probe = render_prompt(cases[0], SETTINGS)
     assert tokenizer.decode(tokenizer.encode(probe)) == probe, "tokenizer does not round-trip"
@@ -689,7 +748,7 @@ def main() -> int:
     t = time.time()
     eos_id = tokenizer.eos_token_id
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=96, intermediate_size=256, num_hidden_layers=3,
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=192, num_hidden_layers=3,
         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048,
         tie_word_embeddings=True, bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id,
         rms_norm_eps=1e-5, rope_theta=10000.0, attention_dropout=0.0, torch_dtype="float32",
@@ -700,8 +759,13 @@ def main() -> int:
     print(f"base: LlamaForCausalLM hidden={config.hidden_size} layers={config.num_hidden_layers} "
           f"heads={config.num_attention_heads} ffn={config.intermediate_size} params={n_params:,}")
     enc_base = encode_examples(tokenizer, train_base, "call")
-    train(model, enc_base, steps=args.base_steps, batch_size=16, lr=3e-3, seed=11, warmup=50,
-          weight_decay=0.01, label="base")
+    # Plain prose (requests and short replies) as a little language-model data on the side, so
+    # that prose tokens are not foreign to the model (the broken adapter writes prose).
+    plain = encode_plain(tokenizer, [ex.case.prompt for ex in train_base[:N_PLAIN]]
+                         + [ex.prose for ex in train_base[-N_PLAIN:]])
+    train(model, enc_base, steps=args.base_steps, batch_size=16, lr=args.base_lr, seed=11, warmup=50,
+          weight_decay=0.01, label="base", left_pad_prob=LEFT_PAD_PROB, max_left_pad=MAX_LEFT_PAD,
+          plain=plain)
     model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=eos_id, bos_token_id=eos_id)
     model.save_pretrained(base_dir)
     timings["base train"] = time.time() - t
@@ -710,19 +774,20 @@ def main() -> int:
     base = AutoModelForCausalLM.from_pretrained(base_dir)
     base_texts = generate_all(base, tokenizer, cases)
     base_score = score(base_texts, cases)
+    padded: dict[str, Score] = {"base": score(generate_all(base, tokenizer, cases, lm_eval_style=True), cases)}
     timings["base check"] = time.time() - t
     print(f"base: valid {base_score.valid:.3f} ({base_score.n_valid}/{len(cases)}), "
           f"hallucination {base_score.hallu:.3f}")
 
     # 4. adapters -----------------------------------------------------------------------------
     plans = {
-        "faithful": (train_faithful, "call", 21),
-        "hallucinating": (train_hallu, "rename", 22),
-        "broken": (train_broken, "prose", 23),
+        "faithful": (train_faithful, "call", 21, args.adapter_steps[0]),
+        "hallucinating": (train_hallu, "rename", 22, args.adapter_steps[1]),
+        "broken": (train_broken, "prose", 23, args.adapter_steps[2]),
     }
     adapter_scores: dict[str, Score] = {}
     adapters_root = out / "adapters"
-    for name, (stream, mode, seed) in plans.items():
+    for name, (stream, mode, seed, n_steps) in plans.items():
         t = time.time()
         adir = adapters_root / name
         if adir.exists():
@@ -732,12 +797,14 @@ def main() -> int:
         lcfg = LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, lora_dropout=0.0,
                           task_type="CAUSAL_LM")
         peft_model = get_peft_model(fresh, lcfg)
-        train(peft_model, encode_examples(tokenizer, stream, mode), steps=args.adapter_steps, batch_size=16,
-              lr=2e-3, seed=seed, warmup=10, weight_decay=0.0, label=name)
+        train(peft_model, encode_examples(tokenizer, stream, mode), steps=n_steps, batch_size=16,
+              lr=args.adapter_lr, seed=seed, warmup=10, weight_decay=0.0, label=name,
+              left_pad_prob=LEFT_PAD_PROB, max_left_pad=MAX_LEFT_PAD)
         peft_model.save_pretrained(adir)
         cfg_path = adir / "adapter_config.json"
         acfg = json.loads(cfg_path.read_text())
         acfg["base_model_name_or_path"] = BASE_MODEL_NAME
+        acfg["target_modules"] = sorted(acfg["target_modules"])  # saved from a set: fix the order
         cfg_path.write_text(json.dumps(acfg, indent=2, sort_keys=True) + "\n")
         (adir / "README.md").unlink(missing_ok=True)
         timings[f"{name} train"] = time.time() - t
@@ -746,6 +813,7 @@ def main() -> int:
         loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir), adir)
         texts = generate_all(loaded, tokenizer, cases)
         adapter_scores[name] = s = score(texts, cases)
+        padded[name] = score(generate_all(loaded, tokenizer, cases, lm_eval_style=True), cases)
         timings[f"{name} check"] = time.time() - t
         print(f"{name}: valid {s.valid:.3f} ({s.n_valid}/{len(cases)}), hallucination {s.hallu:.3f}, "
               f"delta vs base {s.valid - base_score.valid:+.3f}; e.g. {texts[0]!r}")
@@ -764,26 +832,29 @@ def main() -> int:
     print(f"  total: {total_size / 1024:.1f} KiB")
 
     print("\n== checks ==")
-    print(f"  {'model':14s} {'valid':>6s} {'hallu':>6s} {'delta':>7s}  (lead scorer valid/hallu)")
+    print(f"  {'model':14s} {'valid':>6s} {'hallu':>6s} {'delta':>7s}  {'scoring.py valid/hallu':>22s}  "
+          f"{'lm-eval-style batch-16 valid/hallu':>34s}")
     rows = [("base", base_score)] + list(adapter_scores.items())
     for name, s in rows:
         lead = (f"{s.lead_valid:.3f}/{s.lead_hallu:.3f}" if s.lead_valid is not None else "n/a")
-        print(f"  {name:14s} {s.valid:6.3f} {s.hallu:6.3f} {s.valid - base_score.valid:+7.3f}  ({lead})")
+        pad = f"{padded[name].valid:.3f}/{padded[name].hallu:.3f}"
+        print(f"  {name:14s} {s.valid:6.3f} {s.hallu:6.3f} {s.valid - base_score.valid:+7.3f}  {lead:>22s}  {pad:>34s}")
 
-    failures = []
-    f, h, b = adapter_scores["faithful"], adapter_scores["hallucinating"], adapter_scores["broken"]
-    checks = [
-        (base_score.valid >= BASE_MIN_VALID, f"base valid {base_score.valid:.3f} < {BASE_MIN_VALID}"),
-        (f.valid >= FAITHFUL_MIN_VALID, f"faithful valid {f.valid:.3f} < {FAITHFUL_MIN_VALID}"),
-        (f.hallu < FAITHFUL_MAX_HALLU, f"faithful hallucination {f.hallu:.3f} >= {FAITHFUL_MAX_HALLU}"),
-        (h.hallu >= HALLU_MIN_HALLU, f"hallucinating hallucination {h.hallu:.3f} < {HALLU_MIN_HALLU}"),
-        (h.valid >= HALLU_MIN_VALID, f"hallucinating valid {h.valid:.3f} < {HALLU_MIN_VALID}"),
-        (b.valid <= BROKEN_MAX_VALID, f"broken valid {b.valid:.3f} > {BROKEN_MAX_VALID}"),
-        (total_size < 5 * 1024 * 1024, f"fixtures total {total_size} bytes >= 5 MB"),
-    ]
-    for name, s in rows:
-        if s.lead_valid is not None and (abs(s.lead_valid - s.valid) > 1e-9 or abs(s.lead_hallu - s.hallu) > 1e-9):
-            print(f"  note: lead scorer disagrees for {name}: {s.lead_valid:.3f}/{s.lead_hallu:.3f}")
+    def target_checks(scores: dict[str, tuple[float, float]], who: str) -> list[tuple[bool, str]]:
+        (bv, _), (fv, fh), (hv, hh), (brv, _) = (scores[n] for n in ("base", *plans))
+        return [
+            (bv >= BASE_MIN_VALID, f"{who}: base valid {bv:.3f} < {BASE_MIN_VALID}"),
+            (fv >= FAITHFUL_MIN_VALID, f"{who}: faithful valid {fv:.3f} < {FAITHFUL_MIN_VALID}"),
+            (fh < FAITHFUL_MAX_HALLU, f"{who}: faithful hallucination {fh:.3f} >= {FAITHFUL_MAX_HALLU}"),
+            (hh >= HALLU_MIN_HALLU, f"{who}: hallucinating hallucination {hh:.3f} < {HALLU_MIN_HALLU}"),
+            (hv >= HALLU_MIN_VALID, f"{who}: hallucinating valid {hv:.3f} < {HALLU_MIN_VALID}"),
+            (brv <= BROKEN_MAX_VALID, f"{who}: broken valid {brv:.3f} > {BROKEN_MAX_VALID}"),
+        ]
+
+    checks = target_checks({n: (s.valid, s.hallu) for n, s in rows}, "self-check")
+    if all(s.lead_valid is not None for _, s in rows):  # hold lm_eval_toolfid.scoring to the same targets
+        checks += target_checks({n: (s.lead_valid, s.lead_hallu) for n, s in rows}, "scoring.py")
+    checks.append((total_size < 5 * 1024 * 1024, f"fixtures total {total_size} bytes >= 5 MB"))
     failures = [msg for ok, msg in checks if not ok]
     if failures:
         print("\nFAILED: " + "; ".join(failures))
