@@ -80,7 +80,7 @@ def make_null_adapters(like: str | Path, runs: int, out: str | Path, seed: int =
             run_seed = _seed_for(seed, multiplier, index)
             gen = torch.Generator().manual_seed(run_seed)
             state: dict[str, Any] = {k: v.clone() for k, v in real.items() if k not in {x for p in pairs.values() for x in p}}
-            for prefix, (a_key, b_key) in pairs.items():
+            for a_key, b_key in pairs.values():
                 a_real, b_real = real[a_key].float(), real[b_key].float()
                 a = torch.randn(a_real.shape, generator=gen, dtype=torch.float32)
                 b = torch.randn(b_real.shape, generator=gen, dtype=torch.float32)

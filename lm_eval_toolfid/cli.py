@@ -94,6 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything the demo loads ships in the package
     paths = fixture_paths()
     args.base = paths["base"]
     args.adapter = [f"{name}={path}" for name, path in paths["adapters"].items()]  # type: ignore[union-attr]

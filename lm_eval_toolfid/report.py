@@ -69,7 +69,8 @@ def _reason(row: RunRow) -> str:
     if failed:
         return "; ".join(f"{g['name']} {g['value']:+.3f} {'<' if g['op'] == '>=' else '>'} {g['threshold']:+.3f}"
                          for g in failed)
-    return "; ".join(verdict.get("notes", [])) or "all gates hold"
+    notes = verdict.get("notes", [])
+    return "all gates hold" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def verdict_label(row: RunRow) -> str:

@@ -29,7 +29,7 @@ from .pairing import (
     reference_from_samples,
     write_reference,
 )
-from .prompting import PromptSettings, render_call, render_prompt
+from .prompting import render_call, render_prompt
 from .records import Case, Outcome, PairScore
 from .scoring import arg_disagreement, hallucination_item, hallucination_rate, pair, score_generation, summarize
 from .settings import TaskSettings

@@ -4,9 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+LOG=.venv/setup.log
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -m pip install -q --disable-pip-version-check "torch==${TORCH_VERSION:-2.13.0}" 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import torch, lm_eval, peft, transformers, lm_eval_toolfid" \
-  || { echo "setup failed: see pip output above" >&2; exit 1; }
+step() {  # quiet on success; the whole pip log on failure
+  if ! "$@" >"$LOG" 2>&1; then cat "$LOG" >&2; echo "setup failed: $*" >&2; exit 1; fi
+}
+step .venv/bin/python -m pip install --disable-pip-version-check --upgrade pip
+step .venv/bin/python -m pip install --disable-pip-version-check "torch==${TORCH_VERSION:-2.13.0}"
+step .venv/bin/python -m pip install --disable-pip-version-check -e '.[test]'
+.venv/bin/python -c "import torch, lm_eval, peft, transformers, lm_eval_toolfid"
+echo "setup ok: $(.venv/bin/python -c 'import torch, lm_eval_toolfid; print("torch", torch.__version__, "| lm-eval-toolfid", lm_eval_toolfid.__version__)')"

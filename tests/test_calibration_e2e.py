@@ -15,7 +15,7 @@ from lm_eval_toolfid.calibration import load_calibration
 from lm_eval_toolfid.errors import ToolfidError
 from lm_eval_toolfid.runner import run_views
 
-from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, metrics, read_run, toolfid_meta
+from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, metrics, toolfid_meta
 
 pytestmark = pytest.mark.slow
 FIX = fixture_paths()

@@ -1,6 +1,5 @@
 """Statistics helpers and the compound verdict."""
 
-import math
 
 import pytest
 
