@@ -54,7 +54,8 @@ def test_adapter_runs_pair_automatically_and_report_every_metric(two_run_flow):
         results, samples, stderr = runs[name]
         assert PAIRED <= set(metrics(results)), name
         assert toolfid_meta(results)["pairing"].startswith("reference store"), name
-        assert "paired with base reference" in stderr or "paired" in toolfid_meta(results)["pairing"]
+        assert f"paired with base reference {toolfid_meta(runs['base'][0])['reference_written']}" in stderr
+        assert "tool_use_fidelity verdict:" in stderr
         base_rate = metrics(runs["base"][0])["json_valid_rate"]
         assert metrics(results)["base_json_valid_rate"] == pytest.approx(base_rate)
         # the per-case record in the samples explains each case
