@@ -197,24 +197,26 @@ def write_calibration(calibration: Calibration, out: Path) -> None:
 def calibrate_in_process(base: str, adapter: str, runs: int, out: Path, task: str, metadata: dict[str, Any],
                          seed: int = 0, batch_size: int | str = 16,
                          multipliers: tuple[float, ...] = DEFAULT_MULTIPLIERS,
-                         null_dir: Path | None = None, session: Any = None) -> Calibration:
+                         null_dir: Path | None = None, session: Any = None,
+                         run_base: bool = True) -> Calibration:
     """Load the base once (with the real adapter's LoRA modules), swap each null in, run, fit.
 
     With ``session`` (a loaded :class:`~lm_eval_toolfid.runner.ModelSession` whose ``default``
-    adapter is ``adapter``), no model is loaded and the real weights are restored afterwards.
+    adapter is ``adapter``), no model is loaded and the real weights are restored afterwards;
+    ``run_base=False`` when that session already ran the base view (the reference exists).
     """
     from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    from .runner import ModelSession
+    from .runner import ModelSession, evaluate_base
 
     null_dir = null_dir or out.parent / "null_adapters"
     paths = make_null_adapters(adapter, runs, null_dir, seed=seed, multipliers=multipliers)
     session = session or ModelSession(base, adapter, batch_size=batch_size)
     session.activate("default")
     real = {k: v.detach().clone() for k, v in get_peft_model_state_dict(session.peft_model, adapter_name="default").items()}
-    with session.base_view():  # the base reference every null run pairs with
-        session.evaluate(task, metadata, adapter=None, label="base")
+    if run_base:  # the base reference every null run pairs with
+        evaluate_base(session, task, metadata)
     results = []
     try:
         for path in paths:

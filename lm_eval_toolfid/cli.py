@@ -61,11 +61,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     adapters = _adapters(args.adapter)
     out_dir = _out_dir(args)
     metadata = _metadata(args)
-    session = None
+    session = base_view = None
     if args.null_runs:
         from .calibrate import calibrate_in_process
         from .calibration import adapter_shape
-        from .runner import ModelSession
+        from .runner import ModelSession, evaluate_base
 
         shapes = {adapter_shape(p)["hash"] for p in adapters.values()}
         if len(shapes) > 1:
@@ -73,12 +73,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                                "calibrate them in separate runs")
         first = next(iter(adapters.values()))
         session = ModelSession(args.base, first, batch_size=args.batch_size)
+        base_view = evaluate_base(session, args.task, metadata, out_dir)
         calib_path = out_dir / "calibration.json"
         calibrate_in_process(args.base, first, args.null_runs, calib_path, args.task, metadata, seed=args.seed,
-                             session=session)
+                             session=session, run_base=False)
         metadata["calibration"] = str(calib_path)
     base_view, views = run_views(args.base, adapters, args.task, metadata, batch_size=args.batch_size,
-                                 out_dir=out_dir, session=session)
+                                 out_dir=out_dir, session=session, base_view=base_view)
     rows = [row_from_results(v.results, v.label, args.task) for v in views]
     base_row = row_from_results(base_view.results, "base", args.task)
     if args.json:

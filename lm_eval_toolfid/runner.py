@@ -142,10 +142,12 @@ def save_view(view: ViewResult, out_dir: Path) -> Path:
 
 def run_views(base: str, adapters: dict[str, str], task: str, metadata: dict[str, Any],
               batch_size: int | str = 16, out_dir: Path | None = None,
-              session: ModelSession | None = None) -> tuple[ViewResult, list[ViewResult]]:
+              session: ModelSession | None = None,
+              base_view: ViewResult | None = None) -> tuple[ViewResult, list[ViewResult]]:
     """Base view once, then every adapter view, all on one loaded model.
 
-    ``session`` reuses an already loaded model whose ``default`` adapter is the first adapter.
+    ``session`` reuses an already loaded model whose ``default`` adapter is the first adapter;
+    ``base_view`` reuses a base view that session already ran (its reference is in the store).
     """
     for path in adapters.values():
         check_adapter(path)
@@ -153,10 +155,17 @@ def run_views(base: str, adapters: dict[str, str], task: str, metadata: dict[str
     session = session or ModelSession(base, adapters[names[0]], batch_size=batch_size)
     for name in names[1:]:
         session.add_adapter(name, adapters[name])
-    with session.base_view():
-        base_view = session.evaluate(task, metadata, adapter=None, label="base", out_dir=out_dir)
+    if base_view is None:
+        base_view = evaluate_base(session, task, metadata, out_dir)
     views = []
     for i, name in enumerate(names):
         session.activate("default" if i == 0 else name)
         views.append(session.evaluate(task, metadata, adapter=adapters[name], label=name, out_dir=out_dir))
     return base_view, views
+
+
+def evaluate_base(session: ModelSession, task: str, metadata: dict[str, Any],
+                  out_dir: Path | None = None) -> ViewResult:
+    """The base view (adapter disabled); it stores the reference adapter views pair with."""
+    with session.base_view():
+        return session.evaluate(task, metadata, adapter=None, label="base", out_dir=out_dir)

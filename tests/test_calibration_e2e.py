@@ -111,3 +111,21 @@ def test_score_adds_z_to_existing_results_without_overwriting(calibrated, tmp_pa
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(ToolfidError, match="another case set"):
         score_results(str(results_file), str(tmp_path / "bad.json"))
+
+
+def test_toolfid_run_with_null_runs_calibrates_and_scores_in_one_go(tmp_path):
+    import os
+
+    env = dict(os.environ, TOOLFID_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1")
+    proc = subprocess.run([str(BIN / "toolfid"), "run", "--base", FIX["base"], "--task", FIXTURE_TASK,
+                           "--adapter", f"faithful={FIX['adapters']['faithful']}",
+                           "--adapter", f"broken={FIX['adapters']['broken']}",
+                           "--null-runs", "1", "--seed", "3", "--output", str(tmp_path / "out"), "--json"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    z = {name: a["metrics"]["json_valid_z"] for name, a in report["adapters"].items()}
+    assert all(math.isfinite(v) for v in z.values()) and z["faithful"] > z["broken"]
+    cal = load_calibration(tmp_path / "out" / "calibration.json")
+    assert set(cal.fits) == {"0.5", "1", "2"} and all(f["json_valid_rate"].n == 1 for f in cal.fits.values())
+    assert report["adapters"]["broken"]["verdict"]["passed"] is False
