@@ -21,7 +21,7 @@ from typing import Any
 from .calibration import Calibration, NullRun, adapter_shape, fit, load_calibration
 from .errors import ToolfidError
 from .records import Summary
-from .report import load_results, row_from_results, RunRow
+from .report import RunRow, load_results, n_cases, row_from_results
 from .verdict import VerdictConfig, judge
 
 NULL_MARKER = "toolfid_null.json"
@@ -72,6 +72,8 @@ def make_null_adapters(like: str | Path, runs: int, out: str | Path, seed: int =
     real = load_file(str(weights))
     pairs = _module_pairs(real)
     shape = adapter_shape(like_dir)
+    lora_keys = {key for pair in pairs.values() for key in pair}
+    others = {k: v for k, v in real.items() if k not in lora_keys}  # non-LoRA tensors (e.g. modules_to_save) kept
     out_dir = Path(out).expanduser()
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -79,7 +81,7 @@ def make_null_adapters(like: str | Path, runs: int, out: str | Path, seed: int =
         for index in range(runs):
             run_seed = _seed_for(seed, multiplier, index)
             gen = torch.Generator().manual_seed(run_seed)
-            state: dict[str, Any] = {k: v.clone() for k, v in real.items() if k not in {x for p in pairs.values() for x in p}}
+            state: dict[str, Any] = dict(others)
             for a_key, b_key in pairs.values():
                 a_real, b_real = real[a_key].float(), real[b_key].float()
                 a = torch.randn(a_real.shape, generator=gen, dtype=torch.float32)
@@ -125,9 +127,9 @@ def null_run_from_results(results: dict[str, Any], task: str | None = None) -> t
     marker = read_marker(adapter) if adapter else None
     if marker is None:
         raise ToolfidError(f"results for adapter {adapter!r} are not from a toolfid null adapter ({NULL_MARKER} missing)")
-    n_cases = int((results.get("n-samples", {}).get(row.task) or {}).get("effective") or row.toolfid.get("n_cases") or 0)
     run = NullRun(name=Path(adapter).name, seed=int(marker["run_seed"]), multiplier=float(marker["multiplier"]),
-                  n_cases=n_cases, metrics={k: float(v) for k, v in row.metrics.items() if isinstance(v, (int, float))})
+                  n_cases=n_cases(results, row),
+                  metrics={k: float(v) for k, v in row.metrics.items() if isinstance(v, (int, float))})
     return run, row, marker
 
 
@@ -256,8 +258,7 @@ def score_results(results_path: str, calibration_path: str, out: Path | None = N
     if not key:
         raise ToolfidError(f"{src}: no toolfid provenance (run_key) in the results; was it made by this task?")
     calibration.check_compatible(RunKey(**key), row.toolfid.get("adapter"))
-    n = int((results.get("n-samples", {}).get(row.task) or {}).get("effective") or row.toolfid.get("n_cases") or 0)
-    summary = summary_from_row(row, n)
+    summary = summary_from_row(row, n_cases(results, row))
     config = config or VerdictConfig(**(row.toolfid.get("verdict_config") or {}))
     null = calibration.compare(summary, config)
     verdict = judge(summary, config, null)

@@ -43,6 +43,12 @@ def row_from_results(results: dict[str, Any], label: str, task: str | None = Non
     return RunRow(label=label, task=task, metrics=metrics, toolfid=meta.get("toolfid", {}) or {})
 
 
+def n_cases(results: dict[str, Any], row: RunRow) -> int:
+    """How many cases a run scored (lm-eval's effective sample count, else the task's own count)."""
+    counted = (results.get("n-samples", {}).get(row.task) or {}).get("effective")
+    return int(counted or row.toolfid.get("n_cases") or 0)
+
+
 def load_results(path: str | Path) -> dict[str, Any]:
     """An lm-eval results JSON (a file, or the newest ``results_*.json`` in a folder)."""
     p = Path(path).expanduser()

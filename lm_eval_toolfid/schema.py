@@ -37,7 +37,7 @@ _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "d
 
 def _map_type(value: Any) -> Any:
     if isinstance(value, str):
-        return TYPE_ALIASES.get(value, value) if value in TYPE_ALIASES else value
+        return TYPE_ALIASES.get(value, value)
     if isinstance(value, list):
         mapped = [TYPE_ALIASES.get(v, v) if isinstance(v, str) else v for v in value]
         return None if None in mapped else mapped
