@@ -38,18 +38,55 @@ class ToolSpec(BaseModel):
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
+class GoldCall(BaseModel):
+    """One expected call.
+
+    ``arguments``: the exact expected values. ``options``: acceptable values per parameter, BFCL-style —
+    each parameter maps to a list of acceptable values; ``""`` in the list means the parameter may be
+    omitted; an acceptable value that is a dict is itself an options map (nested parameters), and an
+    acceptable list value is compared element-wise with the same rules. Give one of the two, or neither
+    (only the name is checked).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] | None = None
+    options: dict[str, list[Any]] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> GoldCall:
+        if self.arguments is not None and self.options is not None:
+            raise ValueError("a gold call gives 'arguments' or 'options', not both")
+        return self
+
+    @property
+    def has_values(self) -> bool:
+        return self.arguments is not None or self.options is not None
+
+
 class Case(BaseModel):
-    """One evaluation case: a request, the tools offered, the tool it should call."""
+    """One evaluation case: a request, the tools offered, the call(s) it should make — or none.
+
+    - one expected call: ``gold_tool_name`` (and optionally ``gold_arguments``);
+    - several (parallel) calls: ``gold_calls`` (matched order-insensitively, by name);
+    - irrelevance (no offered tool fits, the right answer is no call): ``gold_tool_name: null``
+      with no ``gold_calls``, or ``irrelevant: true``.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(min_length=1)
     prompt: str = Field(min_length=1)
     tools: list[ToolSpec] = Field(min_length=1)
-    gold_tool_name: str = Field(min_length=1)
+    gold_tool_name: str | None = None
     allowed_tools: list[str] | None = None
     max_new_tokens: int | None = Field(default=None, gt=0, le=8192)
     gold_arguments: dict[str, Any] | None = None
+    gold_calls: list[GoldCall] | None = None
+    irrelevant: bool = False
+    category: str | None = None
+    """Where the case comes from (e.g. a BFCL category); used by breakdowns only."""
 
     @model_validator(mode="before")
     @classmethod
@@ -74,12 +111,28 @@ class Case(BaseModel):
         return tools
 
     @model_validator(mode="after")
-    def _gold_is_offered(self) -> Case:
-        if self.gold_tool_name not in self.tool_names:
-            raise ValueError(
-                f"gold_tool_name {self.gold_tool_name!r} is not among the offered tools "
-                f"({', '.join(self.tool_names)})"
-            )
+    def _gold_is_consistent(self) -> Case:
+        calls = self.gold_calls or []
+        if self.irrelevant:
+            if self.gold_tool_name is not None or calls or self.gold_arguments is not None:
+                raise ValueError("an irrelevant case (no call expected) cannot name a gold tool or gold calls")
+            return self
+        if self.gold_tool_name is None and not calls:
+            object.__setattr__(self, "irrelevant", True)  # gold_tool_name: null → no call expected
+            if self.gold_arguments is not None:
+                raise ValueError("gold_arguments need a gold_tool_name")
+            return self
+        if self.gold_tool_name is None:
+            object.__setattr__(self, "gold_tool_name", calls[0].name)
+        if calls and self.gold_arguments is not None:
+            raise ValueError("give gold_arguments (one call) or gold_calls, not both")
+        if calls and self.gold_tool_name not in {c.name for c in calls}:
+            raise ValueError(f"gold_tool_name {self.gold_tool_name!r} is not among gold_calls")
+        for name in [self.gold_tool_name, *(c.name for c in calls)]:
+            if name not in self.tool_names:
+                raise ValueError(
+                    f"gold tool {name!r} is not among the offered tools ({', '.join(self.tool_names)})"
+                )
         return self
 
     @property
@@ -90,10 +143,19 @@ class Case(BaseModel):
         return next((t for t in self.tools if t.name == name), None)
 
     @property
-    def gold_tool(self) -> ToolSpec:
-        tool = self.tool(self.gold_tool_name)
-        assert tool is not None  # guaranteed by _gold_is_offered
-        return tool
+    def gold_tool(self) -> ToolSpec | None:
+        """The expected tool (the first expected call's); None for an irrelevance case."""
+        return self.tool(self.gold_tool_name) if self.gold_tool_name is not None else None
+
+    @property
+    def expected_calls(self) -> list[GoldCall]:
+        """Every call the case expects (empty for irrelevance)."""
+        if self.irrelevant:
+            return []
+        if self.gold_calls:
+            return list(self.gold_calls)
+        assert self.gold_tool_name is not None
+        return [GoldCall(name=self.gold_tool_name, arguments=self.gold_arguments)]
 
 
 class SurfaceFormat(str, Enum):
