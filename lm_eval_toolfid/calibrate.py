@@ -22,7 +22,7 @@ from .calibration import Calibration, NullRun, adapter_shape, fit, load_calibrat
 from .errors import ToolfidError
 from .records import Summary
 from .report import RunRow, load_results, n_cases, row_from_results
-from .verdict import VerdictConfig, judge
+from .verdict import VerdictConfig, judge, label_of
 
 NULL_MARKER = "toolfid_null.json"
 DEFAULT_MULTIPLIERS = (0.5, 1.0, 2.0)
@@ -235,15 +235,12 @@ def calibrate_in_process(base: str, adapter: str, runs: int, out: Path, task: st
 # --- scoring existing results --------------------------------------------------------------
 
 def summary_from_row(row: RunRow, n: int) -> Summary:
-    """The aggregated metrics of a results file, as the Summary the verdict rule reads."""
-    m = row.metric
-    paired = m("validity_delta") is not None
-    valid = m("json_valid_rate") or 0.0
-    return Summary(n=n, json_valid_rate=valid, parse_rate=m("parse_rate") or 0.0,
-                   hallucination_rate=m("hallucination_rate") or 0.0, n_valid=round(valid * n),
-                   outcome_counts=row.toolfid.get("outcome_counts", {}), paired=paired,
-                   base_json_valid_rate=m("base_json_valid_rate"), validity_delta=m("validity_delta"),
-                   arg_disagreement=m("arg_disagreement"))
+    """The run's Summary exactly as its finish step stored it (results metadata ``toolfid.summary``)."""
+    stored = row.toolfid.get("summary")
+    if not isinstance(stored, dict):
+        raise ToolfidError(f"{row.label}: the results carry no toolfid summary (made by an older version?): "
+                           "re-run the adapter")
+    return Summary.model_validate({**stored, "outcome_counts": row.toolfid.get("outcome_counts", {})})
 
 
 def score_results(results_path: str, calibration_path: str, out: Path | None = None,
@@ -263,7 +260,7 @@ def score_results(results_path: str, calibration_path: str, out: Path | None = N
     null = calibration.compare(summary, config)
     verdict = judge(summary, config, null)
     scored = {"json_valid_z": null.z, "z_profile": calibration.z_profile(summary.json_valid_rate),
-              "null": null.model_dump(), "verdict": verdict.model_dump(mode="json"),
+              "null": null.model_dump(), "verdict": verdict.as_record(),
               "calibration": str(calibration_path)}
     results = dict(results)
     results["toolfid_score"] = scored
@@ -316,7 +313,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_score(args: argparse.Namespace) -> int:
     target, scored = score_results(args.results, args.calibration, Path(args.output) if args.output else None)
     verdict = scored["verdict"]
-    label = {True: "PASS", False: "FAIL", None: "UNDECIDED"}[verdict["passed"]]
+    label = verdict.get("label") or label_of(verdict["passed"])
     print(f"json_valid_z {scored['json_valid_z']:+.2f}  verdict {label}  "
           + "; ".join(verdict.get("notes", [])))
     print(f"wrote {target}")

@@ -90,8 +90,11 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"{base_row.toolfid.get('n_cases')} cases)\n")
         print(format_table(rows, base_row.metric("json_valid_rate")))
         print(f"\nresults and per-case samples: {out_dir}/")
-    failed = [r.label for r in rows if not (r.verdict or {}).get("passed")]
-    return 1 if (args.gate and failed) else 0
+    from .verdict import exit_code
+
+    outcomes = [(r.verdict or {}).get("passed") for r in rows]
+    worst = False if False in outcomes else (None if None in outcomes else True)
+    return exit_code(worst) if args.gate else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -190,9 +190,9 @@ class ParsedGeneration(BaseModel):
 class OutcomeKind(str, Enum):
     """Taxonomy of what a generation amounted to, worst to best."""
 
-    NO_CALL = "no_call"  # nothing JSON-like: prose, empty
-    MALFORMED = "malformed"  # tried to write JSON, did not parse (truncated, syntax error)
-    WRONG_SHAPE = "wrong_shape"  # parsed JSON, but not {"name": str, "arguments": object}
+    NO_CALL = "no_call"  # nothing call-like: prose, empty
+    MALFORMED = "malformed"  # tried to write a call, did not parse (truncated, syntax error)
+    WRONG_SHAPE = "wrong_shape"  # parsed, but not {"name": str, "arguments": object}
     SCHEMA_ERROR = "schema_error"  # arguments violate the tool's JSON schema
     VALID = "valid"
 
@@ -200,23 +200,113 @@ class OutcomeKind(str, Enum):
     def parsed(self) -> bool:
         return self not in (OutcomeKind.NO_CALL, OutcomeKind.MALFORMED)
 
+    @property
+    def rank(self) -> int:
+        return _KIND_ORDER.index(self)
 
-class Outcome(BaseModel):
-    """The scored result of one generation for one case (one view)."""
+
+_KIND_ORDER = [OutcomeKind.NO_CALL, OutcomeKind.MALFORMED, OutcomeKind.WRONG_SHAPE, OutcomeKind.SCHEMA_ERROR,
+               OutcomeKind.VALID]
+
+# --- bounded copies: records never hold unbounded model output -----------------------------
+MAX_DEPTH = 24
+"""Nesting kept in a record's copy of arguments; deeper values become the string ``"<…depth>"``."""
+MAX_ITEMS = 200
+"""Items kept per object/array in a record's copy; the rest become one ``"<…N more>"`` marker."""
+MAX_STR = 2_000
+"""Characters kept per string of a record's copy of arguments."""
+MAX_TEXT = 65_536
+"""Characters kept of a generation's text in a record (generations are bounded by ``max_gen_toks``;
+a longer one is cut and marked, and a base reference built from it says so)."""
+
+
+def bounded(value: Any, depth: int = 0) -> Any:
+    """A JSON-safe copy of ``value`` with nesting, width and string length capped (see the constants).
+
+    Scoring validates the model's full arguments; only the copy kept in records (samples files,
+    references, reports) is bounded, so serialising a record can never hit a depth or size limit.
+    Non-finite floats become strings (``"NaN"``), huge integers become their decimal string's head.
+    """
+    if isinstance(value, str):
+        return value if len(value) <= MAX_STR else value[:MAX_STR] + f"<…{len(value) - MAX_STR} chars>"
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < 2**63 else f"<int with {value.bit_length()} bits>"
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else repr(value)
+    if depth >= MAX_DEPTH:
+        return "<…depth>"
+    if isinstance(value, dict):
+        items = list(value.items())
+        out = {str(k)[:MAX_STR]: bounded(v, depth + 1) for k, v in items[:MAX_ITEMS]}
+        if len(items) > MAX_ITEMS:
+            out["<…>"] = f"<…{len(items) - MAX_ITEMS} more>"
+        return out
+    if isinstance(value, (list, tuple)):
+        out_list = [bounded(v, depth + 1) for v in value[:MAX_ITEMS]]
+        if len(value) > MAX_ITEMS:
+            out_list.append(f"<…{len(value) - MAX_ITEMS} more>")
+        return out_list
+    return bounded(repr(value), depth)
+
+
+def bounded_text(text: str | None) -> str | None:
+    if text is None or len(text) <= MAX_TEXT:
+        return text
+    return text[:MAX_TEXT] + f"<…{len(text) - MAX_TEXT} chars>"
+
+
+class CallOutcome(BaseModel):
+    """One call of a generation, scored against the tool it names."""
 
     model_config = ConfigDict(frozen=True)
 
     kind: OutcomeKind
     keyword: str | None = None
-    """For SCHEMA_ERROR: the failing JSON-Schema keyword (``required``, ``enum``, ``type``...);
-    for WRONG_SHAPE: which part was wrong (``name``, ``arguments``, ``arguments_string``)."""
+    """SCHEMA_ERROR: the failing JSON-Schema keyword (``required``, ``enum``, ``type``…);
+    WRONG_SHAPE: which part was wrong (``name``, ``arguments``, ``arguments_string``)."""
     detail: str | None = None
     name: str | None = None
-    arguments: dict[str, Any] | None = None
-    surface: SurfaceFormat | None = None
-    n_calls: int = 0
+    arguments: Any = None
+    """A bounded copy (see :func:`bounded`) of the arguments as written."""
+    surface: str | None = None
+    flags: list[str] = Field(default_factory=list)
+    offered: bool | None = None
+    """The call names one of the case's offered tools (None: no usable name)."""
     hallucinated: bool | None = None
-    """Only for VALID outcomes: the name is outside the declared surface (or ≠ gold)."""
+    """The call names a tool outside the declared surface (or ≠ any expected tool when none is declared);
+    None when the call has no usable name."""
+
+
+class Outcome(BaseModel):
+    """One view (base or adapter) of one case: every call scored, and what the case amounts to.
+
+    ``kind`` is the case's outcome: ``no_call``/``malformed`` when no call was parsed, else the worst
+    call's kind (the case is ``valid`` only when every call is). ``keyword``/``detail`` come from that
+    worst call; ``name``/``arguments``/``surface`` from the first call (for tables and reports).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: OutcomeKind
+    keyword: str | None = None
+    detail: str | None = None
+    name: str | None = None
+    arguments: Any = None
+    surface: str | None = None
+    n_calls: int = 0
+    calls: list[CallOutcome] = Field(default_factory=list)
+    hallucinated: bool | None = None
+    """Only for VALID outcomes (the original definition): some call is outside the declared surface."""
+    attempted: bool = False
+    """The text tried to make a call (a call parsed, or a malformed attempt): for irrelevance cases."""
+    gold_tool: bool | None = None
+    """The called tools are exactly the expected ones (a multiset); None for irrelevance cases."""
+    gold_args: bool | None = None
+    """Every expected call is matched by a call with the expected values; None when the case gives none."""
+    text: str | None = None
+    """A bounded copy of the generation."""
 
     @property
     def valid(self) -> bool:
@@ -224,38 +314,69 @@ class Outcome(BaseModel):
 
 
 class PairScore(BaseModel):
-    """One case under both views."""
+    """One case under both views: the per-case record every metric is computed from."""
 
     model_config = ConfigDict(frozen=True)
 
     case_id: str
     ft: Outcome
     base: Outcome | None = None
+    relevant: bool = True
+    """The case expects a call (False: an irrelevance case, where the right answer is no call)."""
     arg_disagreement: float | None = None
-    """Leaf-field disagreement, only when both views are valid."""
+    """Leaf-field disagreement of matched calls, only when both views are valid."""
+    identical_output: bool | None = None
+    """The adapter's generation is byte-identical to the base's."""
+    tool: str | None = None
+    """The expected (first) tool, for breakdowns."""
+    request_hash: str | None = None
+    """Hash of the prompt and generation settings this case was generated with (pairing checks it)."""
 
     @property
     def validity_delta(self) -> int | None:
-        if self.base is None:
+        if self.base is None or not self.relevant:
             return None
         return int(self.ft.valid) - int(self.base.valid)
 
 
 class Summary(BaseModel):
-    """Aggregates over a run (one adapter, optionally paired with its base)."""
+    """Aggregates over a run (one adapter, optionally paired with its base). Built by scoring.summarize."""
 
     model_config = ConfigDict(frozen=True)
 
     n: int
-    json_valid_rate: float
-    parse_rate: float
-    hallucination_rate: float
-    n_valid: int
+    n_relevant: int
+    n_irrelevant: int = 0
+    metrics: dict[str, float | None]
+    """Every metric of :data:`lm_eval_toolfid.scoring.METRICS` this run has (None: no denominator)."""
+    denominators: dict[str, int] = Field(default_factory=dict)
     outcome_counts: dict[str, int]
+    base_outcome_counts: dict[str, int] | None = None
     paired: bool = False
-    base_json_valid_rate: float | None = None
-    validity_delta: float | None = None
-    validity_delta_stderr: float | None = None
-    validity_mcnemar_p: float | None = None
-    arg_disagreement: float | None = None
-    n_arg_pairs: int = 0
+    validity_delta_ci: tuple[float, float] | None = None
+    hallucination_delta_ci: tuple[float, float] | None = None
+    validity_discordant: tuple[int, int] | None = None
+    """(cases lost, cases gained) by the adapter: McNemar's discordant cells."""
+
+    def get(self, name: str) -> float | None:
+        return self.metrics.get(name)
+
+    @property
+    def json_valid_rate(self) -> float:
+        return self.metrics.get("json_valid_rate") or 0.0
+
+    @property
+    def base_json_valid_rate(self) -> float | None:
+        return self.metrics.get("base_json_valid_rate")
+
+    @property
+    def validity_delta(self) -> float | None:
+        return self.metrics.get("validity_delta")
+
+    @property
+    def hallucination_rate(self) -> float:
+        return self.metrics.get("hallucination_rate") or 0.0
+
+    @property
+    def n_valid(self) -> int:
+        return self.denominators.get("hallucination_rate", 0)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ToolfidError
+from .verdict import label_of
 
 
 @dataclass
@@ -71,19 +72,13 @@ def _reason(row: RunRow) -> str:
     verdict = row.verdict
     if not verdict:
         return row.toolfid.get("pairing", "no base reference")
-    failed = [g for g in verdict["gates"] if g["passed"] is False]
-    if failed:
-        return "; ".join(f"{g['name']} {g['value']:+.3f} {'<' if g['op'] == '>=' else '>'} {g['threshold']:+.3f}"
-                         for g in failed)
     notes = verdict.get("notes", [])
-    return "all gates hold" + (f" ({'; '.join(notes)})" if notes else "")
+    return (verdict.get("reason") or "") + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def verdict_label(row: RunRow) -> str:
     verdict = row.verdict
-    if not verdict or verdict.get("passed") is None:
-        return "UNDECIDED"
-    return "PASS" if verdict["passed"] else "FAIL"
+    return verdict.get("label") or label_of(verdict.get("passed")) if verdict else "UNDECIDED"
 
 
 def format_table(rows: list[RunRow], base_valid: float | None = None) -> str:

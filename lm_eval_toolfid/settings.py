@@ -2,19 +2,25 @@
 
 lm-eval merges the YAML ``metadata``, ``--model_args`` and ``--metadata`` into one dict; this
 module picks out what the task understands and validates it, so a typo'd value is a one-line
-error instead of a silent default.
+error instead of a silent default. Everything else in that dict is a model argument.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ToolfidError
+from .pairing import adapter_of, suspicious_keys
 from .prompting import PromptSettings
 from .verdict import VerdictConfig
+
+SETTING_KEYS = ("cases", "demos", "allowed_tools", "base_samples", "calibration", "write_reference",
+                "string_arguments", "backend")
+OTHER_TASK_KEYS = {"reference_dir", "version", "toolfid", "prompt_style", "system_prompt"}
+"""Keys the task (or lm-eval's YAML) owns that are not model arguments."""
 
 
 class TaskSettings(BaseModel):
@@ -26,6 +32,10 @@ class TaskSettings(BaseModel):
     base_samples: str | None = None
     calibration: str | None = None
     write_reference: bool = True
+    string_arguments: Literal["valid", "invalid"] = "valid"
+    """Whether OpenAI-style string-encoded arguments (decoded and flagged) count as valid."""
+    backend: str | None = None
+    """The lm-eval model backend (``hf``, ``vllm``…); detected when not given."""
     verdict: VerdictConfig = VerdictConfig()
     model_args: dict[str, Any] = Field(default_factory=dict)
     raw: dict[str, Any] = Field(default_factory=dict)
@@ -40,10 +50,11 @@ class TaskSettings(BaseModel):
 
     @classmethod
     def from_metadata(cls, metadata: dict[str, Any]) -> TaskSettings:
-        known = {k: metadata[k] for k in ("cases", "demos", "allowed_tools", "base_samples", "calibration",
-                                            "write_reference") if metadata.get(k) is not None}
+        known = {k: metadata[k] for k in SETTING_KEYS if metadata.get(k) is not None}
+        task_keys = set(SETTING_KEYS) | OTHER_TASK_KEYS | set(VerdictConfig.model_fields)
+        model_args = {k: v for k, v in metadata.items() if k not in task_keys}
         try:
-            return cls(**known, verdict=VerdictConfig.from_metadata(metadata), model_args=dict(metadata),
+            return cls(**known, verdict=VerdictConfig.from_metadata(metadata), model_args=model_args,
                        raw=dict(metadata))
         except (ValidationError, ValueError) as exc:
             first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
@@ -55,13 +66,21 @@ class TaskSettings(BaseModel):
         return PromptSettings(demos=self.demos)
 
     @property
+    def adapter(self) -> tuple[str, str] | None:
+        """``(mechanism, path)`` of the adapter this run attaches (peft, delta, vLLM LoRA…), or None."""
+        return adapter_of(self.model_args)
+
+    @property
     def adapter_path(self) -> str | None:
-        peft = self.model_args.get("peft")
-        return str(peft) if peft else None
+        return self.adapter[1] if self.adapter else None
 
     @property
     def is_adapter_run(self) -> bool:
-        return self.adapter_path is not None
+        return self.adapter is not None
+
+    @property
+    def suspicious_adapter_keys(self) -> list[str]:
+        return suspicious_keys(self.model_args, set())
 
     @property
     def uses_calibration(self) -> bool:

@@ -65,3 +65,44 @@ def jeffreys_rate(successes: float, n: float) -> float:
 def binomial_se(rate: float, n: float) -> float:
     """Standard error of a proportion estimated from ``n`` trials at ``rate``."""
     return math.sqrt(rate * (1 - rate) / n) if n > 0 else 0.5
+
+
+def paired_difference_ci(deltas: Sequence[int | None], base_valid: Sequence[int | None],
+                         z: float = 1.959964) -> tuple[float, float] | None:
+    """95% interval for a paired difference of proportions, p(adapter) − p(base).
+
+    Newcombe's hybrid score interval for paired data (Newcombe 1998, method 10): Wilson intervals
+    of the two marginal rates combined with the observed correlation. Closed form and
+    deterministic; unlike a bootstrap it stays wide when no case changed (ten identical cases do not
+    prove a difference of exactly zero). ``deltas`` are per-case adapter − base in {−1, 0, 1},
+    ``base_valid`` the base's per-case 0/1, aligned; None entries are skipped.
+    """
+    cells = [(d, b) for d, b in zip(deltas, base_valid) if d is not None and b is not None]
+    n = len(cells)
+    if n == 0:
+        return None
+    both = sum(1 for d, b in cells if b == 1 and d == 0)  # valid in both views
+    gained = sum(1 for d, _ in cells if d > 0)  # adapter valid, base not
+    lost = sum(1 for d, _ in cells if d < 0)  # base valid, adapter not
+    neither = n - both - gained - lost
+    p1, p2 = (both + gained) / n, (both + lost) / n
+    l1, u1 = wilson_interval(both + gained, n, z)
+    l2, u2 = wilson_interval(both + lost, n, z)
+    denom = (both + gained) * (lost + neither) * (both + lost) * (gained + neither)
+    phi = 0.0 if denom == 0 else (both * neither - gained * lost) / math.sqrt(denom)
+    theta = p1 - p2
+    low = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    high = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    return (max(-1.0, theta - low), min(1.0, theta + high))
+
+
+def difference_ci(k1: int, n1: int, k2: int, n2: int, z: float = 1.959964) -> tuple[float, float] | None:
+    """95% interval for p1 − p2 of two independent proportions (Newcombe's method 10, unpaired)."""
+    if n1 == 0 or n2 == 0:
+        return None
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson_interval(k1, n1, z)
+    l2, u2 = wilson_interval(k2, n2, z)
+    theta = p1 - p2
+    return (max(-1.0, theta - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)),
+            min(1.0, theta + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)))

@@ -1,50 +1,35 @@
-"""The ``tool_use_fidelity`` lm-eval task.
+"""The ``tool_use_fidelity`` lm-eval task: thin glue around :class:`FidelityRun`.
 
-Thin glue: cases come from :mod:`cases`, prompts from :mod:`prompting`, every per-case number
-from :mod:`scoring`, pairing from :mod:`pairing`, z from :mod:`calibration`, the verdict
-from :mod:`verdict`. lm-eval calls ``process_results`` per case and the aggregations once.
+lm-eval builds the requests (→ :meth:`FidelityRun.resolve`, before generation), calls
+``process_results`` per case (→ :meth:`FidelityRun.score`, whose record and per-metric items are
+returned), and aggregates each metric. Every metric's aggregation is the scoring core's; the
+case records travel under one key (``fidelity_pass`` in adapter runs, ``cases_scored`` in base
+runs), whose aggregation is the run's one finish step.
 """
 
 from __future__ import annotations
 
-import json
+import inspect
 import logging
-from functools import cached_property
 from typing import Any, Callable
 
 import datasets
 from lm_eval.api.metrics import mean
 from lm_eval.api.task import ConfigurableTask
 
-from . import calibration as calib
-from .cases import case_set_hash, load_cases
+from .cases import load_cases
 from .errors import ToolfidError
-from .pairing import (
-    Reference,
-    RunKey,
-    base_identity,
-    find_reference,
-    request_hash,
-    reference_dir,
-    reference_from_samples,
-    write_reference,
-)
+from .fidelity_run import FidelityRun
+from .pairing import RunKey, base_identity, canonical, request_hash
 from .prompting import render_call, render_prompt
-from .records import Case, Outcome, PairScore
-from .scoring import arg_disagreement, hallucination_item, hallucination_rate, pair, score_generation, summarize
+from .records import Case
+from .scoring import METRICS, case_items
 from .settings import TaskSettings
-from .stats import mcnemar_exact_p
-from .verdict import judge
 
 log = logging.getLogger("lm_eval.toolfid")
 
-UNPAIRED_METRICS = ("json_valid_rate", "parse_rate", "hallucination_rate")
-PAIRED_METRICS = ("base_json_valid_rate", "validity_delta", "validity_mcnemar_p", "arg_disagreement", "fidelity_pass")
-HIGHER_IS_BETTER = {
-    "json_valid_rate": True, "parse_rate": True, "hallucination_rate": False, "base_json_valid_rate": True,
-    "validity_delta": True, "validity_mcnemar_p": True, "arg_disagreement": False, "fidelity_pass": True,
-    "json_valid_z": True,
-}
+BACKENDS = {"HFLM": "hf", "VLLM": "vllm", "SGLangLM": "sglang", "HFMultimodalLM": "hf-multimodal"}
+LM_EVAL_REQUEST_KEYS = ("system_instruction", "apply_chat_template", "fewshot_as_multiturn", "tokenizer_name")
 
 
 def _fail(exc: ToolfidError) -> SystemExit:
@@ -52,8 +37,23 @@ def _fail(exc: ToolfidError) -> SystemExit:
     return SystemExit(f"tool_use_fidelity: {exc}")
 
 
+def detect_backend() -> str:
+    """The lm-eval backend running this task: the ``model`` given to ``simple_evaluate`` (a registry
+    name such as ``hf``/``vllm``, or an LM object), found on the call stack; ``unknown`` otherwise."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "simple_evaluate" and "model" in frame.f_locals:
+            model = frame.f_locals["model"]
+            if isinstance(model, str):
+                return model
+            name = type(model).__name__
+            return BACKENDS.get(name, name.lower())
+        frame = frame.f_back
+    return "unknown"
+
+
 class ToolUseFidelityTask(ConfigurableTask):
-    """Generates one tool call per case and scores it against the tool's JSON schema."""
+    """Generates the call(s) for each case and scores them against the tools' JSON schemas."""
 
     def __init__(self, config: dict[str, Any] | None = None, **kwargs: Any) -> None:
         config = {k: v for k, v in (config or {}).items() if k != "class"}
@@ -61,11 +61,7 @@ class ToolUseFidelityTask(ConfigurableTask):
             self.settings = TaskSettings.from_metadata(config.get("metadata") or {})
         except ToolfidError as exc:
             raise _fail(exc) from None
-        self._prompt_hashes: dict[str, str] = {}
-        self._generations: dict[str, str] = {}
-        self._reference: Reference | None = None
-        self._pairing_resolved = False
-        self._provenance: dict[str, Any] = {}
+        self.backend = self.settings.backend or detect_backend()
         super().__init__(config=config, **kwargs)
 
     # --- docs and prompts ------------------------------------------------------------------
@@ -75,9 +71,9 @@ class ToolUseFidelityTask(ConfigurableTask):
             self.cases: dict[str, Case] = {c.id: c for c in load_cases(self.settings.cases)}
         except ToolfidError as exc:
             raise _fail(exc) from None
-        rows = [{"id": c.id, "prompt": c.prompt, "gold_tool_name": c.gold_tool_name} for c in self.cases.values()]
+        rows = [{"id": c.id, "prompt": c.prompt, "gold_tool_name": c.gold_tool_name or ""} for c in self.cases.values()]
         self.dataset = datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
-        self.case_set_hash = case_set_hash(list(self.cases.values()))
+        self.run = FidelityRun(self.settings, self.cases, task_names=(str(self.config.task),))
 
     def has_training_docs(self) -> bool:
         return False
@@ -99,179 +95,84 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     def doc_to_target(self, doc: dict[str, Any], doc_to_target: Any = None) -> str:
         case = self.case_of(doc)
+        if case.irrelevant:
+            return ""
         if case.gold_arguments is not None:
             return render_call(case.gold_tool_name, case.gold_arguments)
-        return case.gold_tool_name
+        return case.gold_tool_name or ""
 
-    def construct_requests(self, doc: dict[str, Any], ctx: Any, **kwargs: Any) -> Any:
-        instance = super().construct_requests(doc, ctx, **kwargs)
-        if self.settings.uses_calibration:
-            _ = self.null  # refuse an incompatible calibration before any generation, not after
-        case = self.case_of(doc)
-        context, gen_kwargs = instance.arguments[0], instance.arguments[1]
+    def gen_kwargs_for(self, case: Case) -> dict[str, Any]:
+        """The generation settings one case is generated with."""
+        gen = dict(self.config.generation_kwargs or {})
         if case.max_new_tokens is not None:
-            gen_kwargs["max_gen_toks"] = case.max_new_tokens
-        self._prompt_hashes[case.id] = request_hash(context, gen_kwargs)
-        return instance
+            gen["max_gen_toks"] = case.max_new_tokens
+        return gen
 
-    # --- identity and pairing --------------------------------------------------------------
+    # --- build: identity and pairing, before any generation --------------------------------
 
-    @cached_property
-    def run_key(self) -> RunKey | None:
-        """None when the run does not say which base model it used (e.g. an LM object, no model_args)."""
+    def build_all_requests(self, **kwargs: Any) -> None:
+        lm_requests = {k: kwargs.get(k) for k in LM_EVAL_REQUEST_KEYS if kwargs.get(k) not in (None, False, "")}
+        try:
+            self.run.resolve(self._run_key(lm_requests), {
+                cid: request_hash(render_prompt(case, self.settings.prompt),
+                                  {**self.gen_kwargs_for(case), **({"lm_eval": lm_requests} if lm_requests else {})})
+                for cid, case in self.cases.items()})
+        except ToolfidError as exc:
+            raise _fail(exc) from None
+        super().build_all_requests(**kwargs)
+
+    def _run_key(self, lm_requests: dict[str, Any]) -> RunKey | None:
         if not self.settings.model_args.get("pretrained"):
             log.warning("tool_use_fidelity: no 'pretrained' in model_args/metadata: cannot pair or store a reference")
             return None
-        gen = dict(self.config.generation_kwargs or {})
-        try:
-            base = base_identity(self.settings.model_args)
-        except ToolfidError as exc:
-            raise _fail(exc) from None
-        return RunKey(base=base, case_set=self.case_set_hash, prompt=self.settings.prompt.fingerprint(),
-                      generation=json.loads(json.dumps(gen, sort_keys=True, default=str)))
+        import json
 
-    def _resolve_pairing(self) -> None:
-        """Once per run: find the base reference an adapter run pairs with (or say why not)."""
-        if self._pairing_resolved:
-            return
-        self._pairing_resolved = True
-        if not self.settings.is_adapter_run:
-            return
-        try:
-            if self.settings.base_samples:
-                ref = reference_from_samples(self.settings.base_samples, set(self.cases))
-                origin = "base_samples (user-supplied; base identity not checked)"
-            elif self.run_key is not None:
-                ref = find_reference(self.run_key, reference_dir(self.settings.raw))
-                origin = "reference store"
-            else:
-                ref, origin = None, ""
-        except ToolfidError as exc:
-            raise _fail(exc) from None
-        if ref is None:
-            self._provenance["pairing"] = "none: no base reference matches this base, case set, prompt and generation"
-            log.warning(
-                "tool_use_fidelity: no base reference for this base model/case set/prompt/generation settings; "
-                "reporting adapter metrics only. Run the same command without peft= first, or pass "
-                "--metadata '{\"base_samples\": PATH}'."
-            )
-            return
-        problem = ref.mismatch({cid: self._prompt_hashes[cid] for cid in self._prompt_hashes})
-        if problem:
-            if self.settings.base_samples:
-                raise _fail(ToolfidError(f"base_samples {ref.source} cannot be paired: {problem}"))
-            self._provenance["pairing"] = f"none: stale reference {ref.source} ({problem})"
-            log.warning("tool_use_fidelity: base reference %s not used: %s", ref.source, problem)
-            return
-        self._reference = ref
-        self._provenance["pairing"] = f"{origin}: {ref.source}"
-        log.info("tool_use_fidelity: paired with base reference %s", ref.source)
+        generation = json.loads(canonical(dict(self.config.generation_kwargs or {})))
+        if lm_requests:
+            generation["lm_eval"] = json.loads(canonical(lm_requests))
+        return RunKey(base=base_identity(self.settings.model_args, self.backend), case_set=self.run.case_set,
+                      prompt=self.settings.prompt.fingerprint(), generation=generation)
 
-    # --- per-case scoring ------------------------------------------------------------------
+    def construct_requests(self, doc: dict[str, Any], ctx: Any, **kwargs: Any) -> Any:
+        instance = super().construct_requests(doc, ctx, **kwargs)
+        case = self.case_of(doc)
+        if case.max_new_tokens is not None:
+            instance.arguments[1]["max_gen_toks"] = case.max_new_tokens
+        return instance
+
+    # --- per case --------------------------------------------------------------------------
+
+    @property
+    def record_key(self) -> str:
+        return "fidelity_pass" if self.settings.is_adapter_run else "cases_scored"
 
     def process_results(self, doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
-        case = self.case_of(doc)
-        text = results[0] if results else ""
-        self._generations[case.id] = text if isinstance(text, str) else str(text)
-        ft = score_generation(self._generations[case.id], case, self.settings.allowed_tools)
-        self._resolve_pairing()
-        base: Outcome | None = None
-        if self._reference is not None:
-            base = score_generation(self._reference.generations[case.id], case, self.settings.allowed_tools)
-        scored = pair(case.id, ft, base)
-        items: dict[str, Any] = {
-            "json_valid_rate": int(ft.valid),
-            "parse_rate": int(ft.kind.parsed),
-            "hallucination_rate": hallucination_item(ft),
-        }
-        if base is not None:
-            items.update(
-                base_json_valid_rate=int(base.valid),
-                validity_delta=scored.validity_delta,
-                validity_mcnemar_p=scored.validity_delta,
-                arg_disagreement=scored.arg_disagreement,
-                fidelity_pass=scored.model_dump(mode="json"),
-            )
-        if self.settings.uses_calibration:
-            items["json_valid_z"] = int(ft.valid)
+        record = self.run.score(str(doc["id"]), results[0] if results else "")
+        items: dict[str, Any] = case_items(record)
+        if self.run.calibration is not None and record.relevant:
+            items["json_valid_z"] = int(record.ft.valid)
+        items[self.record_key] = record.model_dump(mode="json")
         return items
 
     # --- aggregation -----------------------------------------------------------------------
 
-    @cached_property
-    def null(self) -> calib.Calibration | None:
-        if not self.settings.uses_calibration:
-            return None  # a base run has nothing to z-score
-        try:
-            calibration = calib.load_calibration(self.settings.calibration)
-            if self.run_key is None:
-                raise ToolfidError("calibration needs the base model's identity: pass pretrained= in model_args")
-            calibration.check_compatible(self.run_key, self.settings.adapter_path)
-        except ToolfidError as exc:
-            raise _fail(exc) from None
-        return calibration
-
-    def _hallucination(self, items: list[int | None]) -> float:
-        self._finish_base_run(len(items))
-        return hallucination_rate(items)
-
-    def _finish_base_run(self, n_items: int) -> None:
-        """A base run leaves a reference behind for adapter runs to pair with."""
-        if self.settings.is_adapter_run or not self.settings.write_reference or self.run_key is None:
-            return
-        if len(self._generations) != n_items:
-            log.warning("tool_use_fidelity: base reference not written (multi-process run: %d of %d cases here)",
-                        len(self._generations), n_items)
-            return
-        path = write_reference(self.run_key, self._prompt_hashes, self._generations, reference_dir(self.settings.raw))
-        self._provenance["reference_written"] = str(path)
-        log.info("tool_use_fidelity: wrote base reference %s", path)
-
-    def _verdict(self, items: list[dict[str, Any]]) -> float:
-        summary = summarize([PairScore.model_validate(i) for i in items])
-        null = self.null.compare(summary, self.settings.verdict) if self.null is not None else None
-        verdict = judge(summary, self.settings.verdict, null)
-        self._provenance["verdict"] = verdict.model_dump(mode="json")
-        failed = [f"{g.name} {g.value:+.3f} (limit {g.op} {g.threshold:+.3f})" for g in verdict.gates if g.passed is False]
-        log.info("tool_use_fidelity verdict: %s%s%s", verdict.label, f" — {'; '.join(failed)}" if failed else "",
-                 f" [{'; '.join(verdict.notes)}]" if verdict.notes else "")
-        self._provenance["outcome_counts"] = summary.outcome_counts
-        return float(bool(verdict.passed))
+    def _finish(self, records: list[dict[str, Any]]) -> float:
+        conclusion = self.run.finish(records)
+        if isinstance(self.config.metadata, dict):
+            self.config.metadata["toolfid"] = self.run.provenance
+        return conclusion.pass_value if self.settings.is_adapter_run else float(conclusion.summary.n)
 
     def _z(self, items: list[int]) -> float:
-        if self.null is None:
-            return float("nan")
-        self._provenance["z_profile"] = self.null.z_profile(mean(items))
-        return self.null.z(mean(items))
+        assert self.run.calibration is not None
+        return self.run.calibration.z(mean(items))
 
-    def aggregation(self) -> dict[str, Callable[[list[Any]], float]]:
-        self._record_provenance()
-        return {
-            "json_valid_rate": mean,
-            "parse_rate": mean,
-            "hallucination_rate": self._hallucination,
-            "base_json_valid_rate": mean,
-            "validity_delta": mean,
-            "validity_mcnemar_p": mcnemar_exact_p,
-            "arg_disagreement": arg_disagreement,
-            "fidelity_pass": self._verdict,
-            "json_valid_z": self._z,
-        }
+    def aggregation(self) -> dict[str, Callable[[list[Any]], Any]]:
+        aggs: dict[str, Callable[[list[Any]], Any]] = {
+            m.name: (mean if m.kind == "rate" else m.aggregate) for m in METRICS}
+        aggs[self.record_key] = self._finish
+        aggs["json_valid_z"] = self._z
+        return aggs
 
     def higher_is_better(self) -> dict[str, bool]:
-        return dict(HIGHER_IS_BETTER)
-
-    def _record_provenance(self) -> None:
-        """Expose what this run was compared with in the results file (``configs.<task>.metadata.toolfid``)."""
-        if not isinstance(self.config.metadata, dict):
-            return
-        self._provenance.update(
-            case_set=getattr(self, "case_set_hash", None),
-            n_cases=len(getattr(self, "cases", {})),
-            prompt=self.settings.prompt.fingerprint(),
-            adapter=self.settings.adapter_path,
-            calibration=self.settings.calibration,
-            verdict_config=self.settings.verdict.model_dump(),
-            run_key=self.run_key.as_dict() if self.run_key is not None else None,
-        )
-        self.config.metadata["toolfid"] = self._provenance
+        return {**{m.name: m.higher_is_better for m in METRICS}, "fidelity_pass": True, "cases_scored": True,
+                "json_valid_z": True}

@@ -13,7 +13,8 @@ BIN = Path(sys.executable).parent
 
 
 def lm_eval_cli(model_args: str, out: Path, home: Path, metadata: dict | None = None,
-                task: str = FIXTURE_TASK, extra: list[str] | None = None) -> subprocess.CompletedProcess:
+                task: str = FIXTURE_TASK, extra: list[str] | None = None,
+                env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``lm_eval`` exactly as a user would (a subprocess, --include_path on the task folder)."""
     from lm_eval_toolfid.bundled import tasks_path
 
@@ -23,8 +24,9 @@ def lm_eval_cli(model_args: str, out: Path, home: Path, metadata: dict | None = 
     if metadata:
         cmd += ["--metadata", json.dumps(metadata)]
     cmd += extra or []
-    env = dict(os.environ, TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    full_env = dict(os.environ, TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                    **(env or {}))
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=900)
 
 
 def read_run(out: Path, task: str = FIXTURE_TASK) -> tuple[dict, list[dict]]:

@@ -21,7 +21,9 @@ from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, metrics, read_run, 
 pytestmark = pytest.mark.slow
 FIX = fixture_paths()
 PAIRED = {"json_valid_rate", "parse_rate", "hallucination_rate", "base_json_valid_rate", "validity_delta",
-          "arg_disagreement", "fidelity_pass", "validity_mcnemar_p"}
+          "arg_disagreement", "fidelity_pass", "validity_mcnemar_p", "name_hallucination_rate", "hallucination_delta",
+          "base_hallucination_rate", "tool_choice_change_rate", "identical_output_rate", "gold_tool_rate",
+          "base_gold_tool_rate"}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,9 @@ def test_base_run_reports_unpaired_metrics_and_stores_a_reference(two_run_flow):
     _, runs = two_run_flow
     results, samples, _ = runs["base"]
     m = metrics(results)
-    assert set(m) == {"json_valid_rate", "parse_rate", "hallucination_rate"}
+    assert {"json_valid_rate", "parse_rate", "hallucination_rate", "name_hallucination_rate", "gold_tool_rate"} <= set(m)
+    assert not {"validity_delta", "fidelity_pass", "base_json_valid_rate"} & set(m)  # nothing to pair in a base run
+    assert m["cases_scored"] == results["n-samples"][FIXTURE_TASK]["effective"]
     assert m["json_valid_rate"] >= 0.9  # the fixture model really calls tools
     assert len(samples) == results["n-samples"][FIXTURE_TASK]["effective"] >= 40
     assert os.path.isfile(toolfid_meta(results)["reference_written"])
@@ -72,7 +76,8 @@ def test_verdicts_of_the_three_adapters(two_run_flow):
     gates = {g["name"]: g["passed"] for g in toolfid_meta(runs["broken"][0])["verdict"]["gates"]}
     assert gates["validity_delta"] is False
     gates = {g["name"]: g["passed"] for g in toolfid_meta(runs["hallucinating"][0])["verdict"]["gates"]}
-    assert gates["hallucination_rate"] is False
+    assert gates["hallucination_delta"] is False
+    assert halluc["name_hallucination_rate"] >= halluc["hallucination_rate"] * 0.5
     # paired stderr of the delta comes from lm-eval's own mean_stderr over per-case deltas
     stderr = runs["broken"][0]["results"][FIXTURE_TASK]["validity_delta_stderr,none"]
     assert isinstance(stderr, float) and stderr > 0
@@ -115,7 +120,9 @@ def test_no_reference_means_adapter_metrics_and_one_warning(tmp_path):
                        tmp_path / "empty-home", metadata={"demos": 1})
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "o")
-    assert set(metrics(results)) == {"json_valid_rate", "parse_rate", "hallucination_rate"}
+    m = metrics(results)
+    assert "json_valid_rate" in m and "validity_delta" not in m and m["fidelity_pass"] == 0.0
+    assert toolfid_meta(results)["verdict"]["label"] == "UNDECIDED"
     assert proc.stderr.count("no base reference") == 1
 
 
@@ -156,3 +163,123 @@ def test_installed_entry_points(tmp_path):
     tasks = subprocess.run([str(BIN / "toolfid"), "tasks-path"], capture_output=True, text=True, check=True)
     assert os.path.isfile(os.path.join(tasks.stdout.strip(), "tool_use_fidelity", "tool_use_fidelity.yaml"))
     assert sys.executable  # the same interpreter runs both
+
+
+# --- pairing cannot be fooled (each through the real lm_eval CLI) ------------------------------
+
+def _copy_home(root, tmp_path):
+    import shutil
+
+    home = tmp_path / "home"
+    shutil.copytree(root / "home", home)
+    return home
+
+
+def _full_reference(home):
+    refs = [p for p in (home / "references").glob("*.json") if ".subset-" not in p.name]
+    assert len(refs) == 1
+    return refs[0]
+
+
+def test_a_limit_base_run_writes_a_subset_reference_and_never_the_full_one(two_run_flow, tmp_path):
+    root, _ = two_run_flow
+    home = _copy_home(root, tmp_path)
+    full = _full_reference(home)
+    before = full.read_bytes()
+    proc = lm_eval_cli(f"pretrained={FIX['base']}", tmp_path / "o", home, extra=["--limit", "6"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert full.read_bytes() == before  # the full run's reference is untouched
+    subsets = list((home / "references").glob("*.subset-*.json"))
+    assert len(subsets) == 1 and len(json.loads(subsets[0].read_text())["cases"]) == 6
+    results, _ = read_run(tmp_path / "o")
+    assert toolfid_meta(results)["reference_subset"] is True
+    # an adapter run of all 48 cases does not pair with a reference that covers 6 of them
+    full.unlink()
+    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "a", home)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results, _ = read_run(tmp_path / "a")
+    assert "validity_delta" not in metrics(results)
+    assert "covers 6 of the 48" in toolfid_meta(results)["pairing"]
+    assert toolfid_meta(results)["verdict"]["label"] == "UNDECIDED"
+
+
+def test_cached_requests_still_pair(two_run_flow, tmp_path):
+    """--cache_requests skips construct_requests; the request hashes are toolfid's own."""
+    root, runs = two_run_flow
+    cache = {"LM_HARNESS_CACHE_PATH": str(tmp_path / "cache")}
+    args = f"pretrained={FIX['base']},peft={FIX['adapters']['broken']}"
+    for out in ("first", "second"):
+        proc = lm_eval_cli(args, tmp_path / out, root / "home", extra=["--cache_requests", "true"], env=cache)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results, _ = read_run(tmp_path / out)
+        assert toolfid_meta(results)["pairing"].startswith("reference store")
+        assert metrics(results)["validity_delta"] == pytest.approx(metrics(runs["broken"][0])["validity_delta"])
+    assert any((tmp_path / "cache").iterdir())
+
+
+def test_a_delta_weights_run_is_an_adapter_run(two_run_flow, tmp_path):
+    root, _ = two_run_flow
+    home = _copy_home(root, tmp_path)
+    full = _full_reference(home)
+    before = full.read_bytes()
+    proc = lm_eval_cli(f"pretrained={FIX['base']},delta={FIX['base']}", tmp_path / "o", home, extra=["--limit", "8"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results, _ = read_run(tmp_path / "o")
+    meta = toolfid_meta(results)
+    assert meta["adapter_mechanism"] == "delta" and "reference_written" not in meta
+    assert meta["pairing"].startswith("reference store") and "validity_delta" in metrics(results)
+    assert full.read_bytes() == before and not list((home / "references").glob("*.subset-*"))
+
+
+def test_mismatched_base_samples_are_refused_before_generation(two_run_flow, tmp_path):
+    root, _ = two_run_flow
+    base_samples = sorted((root / "base").rglob(f"samples_{FIXTURE_TASK}_*.jsonl"))[-1]
+    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "o",
+                       tmp_path / "h", metadata={"base_samples": str(base_samples), "demos": 1})
+    assert proc.returncode != 0
+    assert "cannot be paired: the base run differs in prompt" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(tmp_path.rglob("results_*.json"))
+
+
+def test_an_unwritable_reference_dir_is_one_warning_and_the_results_are_kept(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the reference folder should be")
+    proc = lm_eval_cli(f"pretrained={FIX['base']}", tmp_path / "o", tmp_path / "h",
+                       metadata={"reference_dir": str(blocker / "refs")}, extra=["--limit", "4"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("could not write the base reference") == 1 and "Traceback" not in proc.stderr
+    results, samples = read_run(tmp_path / "o")
+    assert len(samples) == 4 and "json_valid_rate" in metrics(results)
+    assert "reference_not_written" in toolfid_meta(results)
+
+
+def test_an_adapter_that_changes_nothing_passes_with_a_loud_note(two_run_flow, tmp_path):
+    """A LoRA with B = 0 (PEFT's default init): outputs byte-identical to the base's."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(FIX["base"])
+    lora = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    lora.save_pretrained(tmp_path / "b0")
+    root, _ = two_run_flow
+    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={tmp_path / 'b0'}", tmp_path / "o", root / "home")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results, _ = read_run(tmp_path / "o")
+    m, verdict = metrics(results), toolfid_meta(results)["verdict"]
+    assert m["identical_output_rate"] == 1.0 and m["validity_delta"] == 0.0
+    assert verdict["label"] == "PASS" and any("was it applied?" in n for n in verdict["notes"])
+
+
+def test_with_a_prompt_the_base_cannot_follow_no_adapter_passes(tmp_path, monkeypatch):
+    """The task's default prompt (demos: 2) is not what the tiny fixture model was trained on: its base
+    makes almost no valid call, so no adapter can be shown to keep or lose anything."""
+    from lm_eval_toolfid.report import row_from_results
+    from lm_eval_toolfid.runner import run_views
+
+    monkeypatch.setenv("TOOLFID_HOME", str(tmp_path / "home"))
+    base, views = run_views(FIX["base"], dict(FIX["adapters"]), FIXTURE_TASK, {"demos": 2}, batch_size=16)
+    assert row_from_results(base.results, "base", FIXTURE_TASK).metric("json_valid_rate") < 0.2
+    labels = {v.label: row_from_results(v.results, v.label, FIXTURE_TASK).verdict["label"] for v in views}
+    assert set(labels.values()) == {"UNDECIDED"}, labels
+    reason = row_from_results(views[0].results, "x", FIXTURE_TASK).verdict["reason"]
+    assert "fidelity cannot be judged" in reason and "demos" in reason

@@ -64,26 +64,44 @@ def test_local_base_identity_has_a_content_fingerprint(tmp_path):
         base_identity({})
 
 
+KEY = RunKey(base={"pretrained": "b", "backend": "hf"}, case_set="cs", prompt="p", generation={"until": ["\n###"]})
+
+
+def _results(model_args, key=KEY):
+    meta = {"toolfid": {"run_key": key.as_dict()}} if key is not None else {}
+    return json.dumps({"config": {"model_args": model_args},
+                       "configs": {"tool_use_fidelity": {"metadata": meta}}})
+
+
 def test_reference_from_lm_eval_samples(tmp_path):
     samples = tmp_path / "samples_tool_use_fidelity_2026-01-01T00-00-00.jsonl"
-    gen = {"until": ["\n###"], "do_sample": False}
-    rows = [{"doc": {"id": "a"}, "arguments": {"gen_args_0": {"arg_0": "PROMPT", "arg_1": gen}},
-             "filtered_resps": ['{"name": "x", "arguments": {}}']}]
+    rows = [{"doc": {"id": "a"}, "filtered_resps": ['{"name": "x", "arguments": {}}'],
+             "cases_scored": {"request_hash": "h-a"}}]
     samples.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    ref = reference_from_samples(samples, {"a"})
-    assert ref.generations == {"a": '{"name": "x", "arguments": {}}'}
-    assert ref.prompt_hashes == {"a": request_hash("PROMPT", gen)}
-    # the results file beside it says it was an adapter run: refused
-    (tmp_path / "results_2026-01-01T00-00-00.json").write_text(
-        json.dumps({"config": {"model_args": {"pretrained": "b", "peft": "a"}}}))
-    with pytest.raises(ToolfidError, match="adapter run"):
-        reference_from_samples(samples, {"a"})
+    # no results file beside the samples: cannot be confirmed to be a base run of this task
+    with pytest.raises(ToolfidError, match="results file"):
+        reference_from_samples(samples, KEY)
+    results = tmp_path / "results_2026-01-01T00-00-00.json"
+    results.write_text(_results("pretrained=b"))
+    ref = reference_from_samples(samples, KEY)
+    assert ref.generations == {"a": '{"name": "x", "arguments": {}}'} and ref.prompt_hashes == {"a": "h-a"}
+    # an adapter run (any mechanism) is refused
+    for args in ({"pretrained": "b", "peft": "a"}, "pretrained=b,delta=/d", {"pretrained": "b", "lora_local_path": "/l"}):
+        results.write_text(_results(args))
+        with pytest.raises(ToolfidError, match="adapter run"):
+            reference_from_samples(samples, KEY)
+    # a base run of another prompt / base: refused, naming what differs
+    other = RunKey(base={"pretrained": "c", "backend": "hf"}, case_set="cs", prompt="q", generation=KEY.generation)
+    results.write_text(_results("pretrained=c", other))
+    with pytest.raises(ToolfidError, match=r"differs in base\.pretrained, prompt"):
+        reference_from_samples(samples, KEY)
 
 
 def test_bad_samples_files_are_one_line_errors(tmp_path):
     with pytest.raises(ToolfidError, match="not found"):
-        reference_from_samples(tmp_path / "nope.jsonl", {"a"})
+        reference_from_samples(tmp_path / "nope.jsonl", KEY)
     bad = tmp_path / "samples_x.jsonl"
     bad.write_text('{"unrelated": 1}\n')
+    (tmp_path / "results_x.json").write_text(_results("pretrained=b"))
     with pytest.raises(ToolfidError, match=r"samples_x.jsonl:1"):
-        reference_from_samples(bad, {"a"})
+        reference_from_samples(bad, KEY)

@@ -70,21 +70,23 @@ def test_summary_of_paired_run():
     case = make_case(allowed_tools=["get_weather", "get_time"])
     ft_texts = [call(city="Paris"), call(city="Rome"), "prose", call("ghost_tool")]
     base_texts = [call(city="Paris"), call(city="Roma"), call(), call()]
-    pairs = [pair(f"c{i}", score_generation(f, case), score_generation(b, case))
+    pairs = [pair(case.model_copy(update={"id": f"c{i}"}), score_generation(f, case), score_generation(b, case))
              for i, (f, b) in enumerate(zip(ft_texts, base_texts))]
     s = summarize(pairs)
     assert s.n == 4 and s.paired
     assert s.json_valid_rate == 0.75 and s.base_json_valid_rate == 1.0
     assert s.validity_delta == pytest.approx(-0.25)
     assert s.hallucination_rate == pytest.approx(1 / 3)
-    assert s.parse_rate == 0.75
-    assert s.n_arg_pairs == 3
-    assert s.arg_disagreement == pytest.approx((0 + 1 + 0) / 3)
+    assert s.get("parse_rate") == 0.75
+    assert s.denominators["arg_disagreement"] == 3
+    assert s.get("arg_disagreement") == pytest.approx((0 + 1 + 0) / 3)
     assert s.outcome_counts == {"no_call": 1, "valid": 3}
+    lo, hi = s.validity_delta_ci
+    assert lo < -0.25 < hi
 
 
-def test_summary_without_base_is_unpaired_and_no_valid_call_means_zero_hallucination():
+def test_summary_without_base_is_unpaired_and_no_valid_call_means_no_hallucination_denominator():
     case = make_case()
     s = summarize([pair("a", score_generation("nope", case), None)])
     assert not s.paired and s.validity_delta is None
-    assert s.hallucination_rate == 0.0 and s.n_valid == 0
+    assert s.get("hallucination_rate") is None and s.n_valid == 0

@@ -1,0 +1,238 @@
+"""The scoring core's metrics, the paired CI and the verdict rules (issue: verdicts you can trust)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from lm_eval_toolfid.records import PairScore
+from lm_eval_toolfid.scoring import (
+    METRICS,
+    case_items,
+    field_disagreement,
+    options_match,
+    pair,
+    score_generation,
+    summarize,
+)
+from lm_eval_toolfid.stats import difference_ci, paired_difference_ci
+from lm_eval_toolfid.verdict import VerdictConfig, exit_code, judge
+
+from .conftest import make_case
+
+
+def call(name="get_weather", **arguments):
+    return json.dumps({"name": name, "arguments": arguments})
+
+
+def run(case, ft_texts, base_texts):
+    """Records of several copies of ``case`` (ids c0, c1, …) under both views."""
+    pairs = []
+    for i, (ft, base) in enumerate(zip(ft_texts, base_texts)):
+        c = case.model_copy(update={"id": f"c{i}"})
+        pairs.append(pair(c, score_generation(ft, c), score_generation(base, c), ft, base))
+    return summarize(pairs)
+
+
+# --- names -----------------------------------------------------------------------------------
+
+def test_invented_name_with_broken_arguments_is_counted_by_name_hallucination_only():
+    case = make_case()
+    s = run(case, [call("fetch_weather", location="Paris"), call(city="Paris")],
+            [call(city="Paris"), call(city="Paris")])
+    # fetch_weather's arguments fail the gold tool's schema: not valid, so the original
+    # definition (over valid calls) never sees the invented name …
+    assert s.get("hallucination_rate") == 0.0 and s.denominators["hallucination_rate"] == 1
+    # … but the name-level rate, over every call that names a tool, does.
+    assert s.get("name_hallucination_rate") == pytest.approx(0.5)
+    assert s.get("base_name_hallucination_rate") == 0.0
+
+
+def test_switching_between_offered_tools_is_a_tool_choice_change():
+    case = make_case(allowed_tools=["get_weather", "get_time"])
+    s = run(case, [call("get_time", tz="UTC"), call(city="Rome")], [call(city="Paris"), call(city="Rome")])
+    assert s.get("tool_choice_change_rate") == pytest.approx(0.5)
+    assert s.get("name_hallucination_rate") == 0.0  # both names are on the declared surface
+    assert s.get("gold_tool_rate") == pytest.approx(0.5) and s.get("base_gold_tool_rate") == 1.0
+
+
+def test_hallucination_delta_judges_the_change_not_the_model():
+    case = make_case(allowed_tools=["get_weather", "get_time"])
+    ghost = call("ghost_tool", city="Paris")  # valid against the gold schema, outside the surface
+    same = [ghost] + [call(city="Paris")] * 7
+    s = run(case, same, same)
+    assert s.get("hallucination_rate") == pytest.approx(1 / 8)  # the base does it too
+    assert s.get("hallucination_delta") == 0.0
+    v = judge(s)
+    assert v.passed is True  # absolute rule would fail (0.125 > 0.10); the change is zero
+    assert judge(s, VerdictConfig(hallucination_gate="absolute")).passed is False
+    assert any("identical_output_rate 1.0" in n for n in v.notes)
+    assert s.get("identical_output_rate") == 1.0
+
+
+# --- gold values -----------------------------------------------------------------------------
+
+def test_gold_arguments_match_is_value_level():
+    case = make_case(gold_arguments={"city": "Paris", "days": 3})
+    s = run(case, [call(city="Paris", days=3), call(city="Paris", days=3.0), call(city="Lyon", days=3),
+                   call(city="Paris")],
+            [call(city="Paris", days=3)] * 4)
+    # same schema validity everywhere, but the third and fourth stopped copying values
+    assert s.json_valid_rate == 1.0
+    assert s.get("gold_args_match_rate") == pytest.approx(0.5) and s.get("base_gold_args_match_rate") == 1.0
+
+
+def test_bfcl_style_options():
+    options = {"city": ["Paris", "paris"], "unit": ["celsius", ""], "where": [{"lat": [1.0], "lon": [2, 2.0]}],
+               "tags": [["a", "b"]]}
+    assert options_match({"city": "Paris", "where": {"lat": 1, "lon": 2}, "tags": ["a", "b"]}, options)
+    assert options_match({"city": "paris", "unit": "celsius", "where": {"lat": 1.0, "lon": 2.0}, "tags": ["a", "b"]},
+                         options)
+    assert not options_match({"city": "Paris", "where": {"lat": 1, "lon": 2}}, options)  # tags may not be omitted
+    assert not options_match({"city": "Rome", "where": {"lat": 1, "lon": 2}, "tags": ["a", "b"]}, options)
+    assert not options_match({"city": "Paris", "where": {"lat": 1, "lon": 2}, "tags": ["a", "b"], "x": 1}, options)
+    assert not options_match({"city": "Paris", "unit": True, "where": {"lat": 1, "lon": 2}, "tags": ["a", "b"]},
+                             options)
+
+
+# --- several calls, irrelevance ---------------------------------------------------------------
+
+def test_parallel_calls_are_matched_as_a_multiset():
+    case = make_case(gold_tool_name=None, gold_calls=[
+        {"name": "get_time", "arguments": {"tz": "UTC"}}, {"name": "get_weather", "options": {"city": ["Paris"]}}])
+    both = json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}},
+                       {"name": "get_time", "arguments": {"tz": "UTC"}}])
+    one_broken = json.dumps([{"name": "get_weather", "arguments": {"city": 3}},
+                             {"name": "get_time", "arguments": {"tz": "UTC"}}])
+    only_one = call("get_time", tz="UTC")
+    o = score_generation(both, case)
+    assert o.valid and o.n_calls == 2 and o.gold_tool and o.gold_args
+    o = score_generation(one_broken, case)
+    assert o.kind.value == "schema_error" and o.keyword == "type"  # valid only when every call is
+    o = score_generation(only_one, case)
+    assert o.valid and o.gold_tool is False and o.gold_args is False
+
+
+def test_irrelevance_cases_measure_false_calls_and_a_malformed_attempt_is_an_attempt():
+    case = make_case(gold_tool_name=None)
+    assert case.irrelevant and case.expected_calls == []
+    s = run(case, ["I cannot help with that.", '{"name": "get_weather", "argum', call(city="x")],
+            ["No tool fits.", "No tool fits.", "No tool fits."])
+    assert s.n_irrelevant == 3 and s.get("json_valid_rate") is None  # validity is about cases expecting a call
+    assert s.get("false_call_rate") == pytest.approx(2 / 3) and s.get("base_false_call_rate") == 0.0
+    assert s.get("false_call_delta") == pytest.approx(2 / 3)
+
+
+def test_format_drift():
+    case = make_case()
+    fenced = "```json\n" + call(city="Paris") + "\n```"
+    s = run(case, [fenced, call(city="Paris")], [call(city="Paris"), call(city="Paris")])
+    assert s.get("format_drift_rate") == pytest.approx(0.5)
+
+
+# --- argument disagreement -------------------------------------------------------------------
+
+def test_disagreement_is_type_aware_at_every_depth():
+    assert field_disagreement({"a": [1]}, {"a": [1.0]}) == 1.0
+    assert field_disagreement({"a": [1]}, {"a": [True]}) == 1.0
+    assert field_disagreement({"a": [1, 2]}, {"a": [1, 2]}) == 0.0
+    assert field_disagreement({"a": [{"b": 1}, 2]}, {"a": [{"b": 1.0}, 2]}) == 0.5
+    assert field_disagreement({"a": []}, {"a": {}}) == 1.0
+    assert field_disagreement({"a": [1, 2]}, {"a": [1]}) == 0.5  # index 1 exists on one side only
+
+
+# --- statistics ------------------------------------------------------------------------------
+
+def test_paired_ci_brackets_the_estimate_and_stays_wide_without_changes():
+    lo, hi = paired_difference_ci([0] * 10, [1] * 10)
+    assert lo < -0.2 and hi > 0.2  # ten unchanged cases do not prove "exactly zero"
+    lo, hi = paired_difference_ci([0] * 1000, [1] * 1000)
+    assert -0.01 < lo < 0 < hi < 0.01
+    deltas = [-1] * 15 + [1] * 5 + [0] * 80
+    base = [1] * 15 + [0] * 5 + [1] * 40 + [0] * 40
+    lo, hi = paired_difference_ci(deltas, base)
+    assert lo < -0.10 < hi
+
+
+def test_paired_ci_agrees_with_a_paired_bootstrap():
+    rng = random.Random(7)
+    deltas = [-1] * 15 + [1] * 5 + [0] * 80
+    base = [1] * 15 + [0] * 5 + [1] * 40 + [0] * 40
+    boot = sorted(sum(deltas[rng.randrange(100)] for _ in range(100)) / 100 for _ in range(4000))
+    b_lo, b_hi = boot[100], boot[3899]
+    lo, hi = paired_difference_ci(deltas, base)
+    assert abs(lo - b_lo) < 0.03 and abs(hi - b_hi) < 0.03
+
+
+def test_unpaired_difference_ci():
+    lo, hi = difference_ci(10, 100, 10, 100)
+    assert lo < 0 < hi
+    assert difference_ci(0, 0, 1, 2) is None
+
+
+# --- verdict rules ---------------------------------------------------------------------------
+
+def test_no_evidence_is_undecided_not_pass():
+    case = make_case()
+    prose = ["I would call the weather tool."] * 20
+    weak_base = prose[:19] + [call(city="Paris")]
+    s = run(case, prose, weak_base)  # base 5% valid, adapter 0%: delta −0.05 ≥ floor
+    v = judge(s)
+    assert v.passed is None and v.label == "UNDECIDED" and "only 5%" in v.reason and exit_code(v.passed) == 2
+    assert judge(s, VerdictConfig(min_base_validity=0.0)).passed is True  # the old rule would have passed it
+
+
+def test_noninferiority_mode_never_fails_an_identical_adapter():
+    case = make_case()
+    same = [call(city="Paris")] * 30
+    s = run(case, same, same)
+    assert judge(s).passed is True
+    v = judge(s, VerdictConfig(gate_mode="noninferiority"))
+    assert v.passed is None and "non-inferiority not shown" in v.reason  # 30 cases cannot show it
+    big = run(case, [call(city="Paris")] * 400, [call(city="Paris")] * 400)
+    assert judge(big, VerdictConfig(gate_mode="noninferiority")).passed is True
+    worse = run(case, ["prose"] * 10 + [call(city="Paris")] * 20, [call(city="Paris")] * 30)
+    assert judge(worse, VerdictConfig(gate_mode="noninferiority")).passed is False
+
+
+def test_failed_gate_says_clear_or_noise():
+    case = make_case()
+    noisy = run(case, ["prose"] * 2 + [call(city="P")] * 18, [call(city="P")] * 20)  # −0.10 on 20 cases
+    v = judge(noisy)
+    assert v.passed is False and "within noise" in v.reason
+    clear = run(case, ["prose"] * 60 + [call(city="P")] * 40, [call(city="P")] * 100)
+    assert "statistically clear" in judge(clear).reason
+
+
+def test_every_metric_item_is_defined_for_records_round_tripped_through_json():
+    case = make_case(gold_arguments={"city": "Paris"})
+    record = pair(case, score_generation(call(city="Paris"), case), score_generation("prose", case), "a", "b")
+    again = PairScore.model_validate(json.loads(json.dumps(record.model_dump(mode="json"))))
+    assert case_items(again) == case_items(record)
+    assert {m.name for m in METRICS} >= {"name_hallucination_rate", "gold_tool_rate", "gold_args_match_rate",
+                                         "tool_choice_change_rate", "identical_output_rate", "hallucination_delta",
+                                         "base_hallucination_rate", "false_call_rate", "format_drift_rate"}
+
+
+# --- absurd output ---------------------------------------------------------------------------
+
+def test_deep_arguments_never_break_a_record():
+    case = make_case()
+    deep = '{"name": "get_weather", "arguments": {"city": "Paris", "tags": ' + "[" * 260 + "]" * 260 + "}}"
+    o = score_generation(deep, case)
+    record = pair(case, o, o, deep, deep)
+    json.dumps(record.model_dump(mode="json"))  # used to raise "Maximum serialization depth exceeded"
+    assert o.kind.value == "schema_error"
+
+
+def test_scoring_one_case_cannot_raise(monkeypatch):
+    import lm_eval_toolfid.scoring as scoring
+
+    def boom(*_a, **_k):
+        raise RuntimeError("validator bug")
+
+    monkeypatch.setattr(scoring, "validate_arguments", boom)
+    o = score_generation(call(city="Paris"), make_case())
+    assert o.kind.value == "malformed" and o.keyword == "scoring_error" and "validator bug" in o.detail
