@@ -90,8 +90,12 @@ class ToolUseFidelityTask(ConfigurableTask):
     def case_of(self, doc: dict[str, Any]) -> Case:
         return self.cases[str(doc["id"])]
 
+    def prompt_for(self, case: Case) -> str:
+        """The prompt text of a case: what ``doc_to_text`` returns and what the request hash covers."""
+        return render_prompt(case, self.settings.prompt)
+
     def doc_to_text(self, doc: dict[str, Any], doc_to_text: Any = None) -> str:
-        return render_prompt(self.case_of(doc), self.settings.prompt)
+        return self.prompt_for(self.case_of(doc))
 
     def doc_to_target(self, doc: dict[str, Any], doc_to_target: Any = None) -> str:
         case = self.case_of(doc)
@@ -114,7 +118,7 @@ class ToolUseFidelityTask(ConfigurableTask):
         lm_requests = {k: kwargs.get(k) for k in LM_EVAL_REQUEST_KEYS if kwargs.get(k) not in (None, False, "")}
         try:
             self.run.resolve(self._run_key(lm_requests), {
-                cid: request_hash(render_prompt(case, self.settings.prompt),
+                cid: request_hash(self.prompt_for(case),
                                   {**self.gen_kwargs_for(case), **({"lm_eval": lm_requests} if lm_requests else {})})
                 for cid, case in self.cases.items()})
         except ToolfidError as exc:
