@@ -61,6 +61,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     adapters = _adapters(args.adapter)
     out_dir = _out_dir(args)
     metadata = _metadata(args)
+    if metadata.get("cases"):  # a bad case file fails in one line before any model loads
+        from .cases import load_cases
+
+        load_cases(metadata["cases"])
     session = base_view = None
     if args.null_runs:
         from .calibrate import calibrate_in_process
@@ -123,7 +127,7 @@ def _check_model_args(argv: list[str]) -> None:
             if pairs.get("pretrained"):
                 check_base(pairs["pretrained"])
             if pairs.get("peft"):
-                check_adapter(pairs["peft"])
+                check_adapter(pairs["peft"], pairs.get("pretrained"))
 
 
 def cmd_lm_eval(args: argparse.Namespace) -> int:
