@@ -129,6 +129,11 @@ def timed(args, params):
     return violation, time.monotonic() - start
 
 
+def test_jsonschema_pattern_matching_is_routed_through_toolfid():
+    # if a jsonschema release stops matching through its module-level ``re``, fail here, not by hanging below
+    assert jsonschema._keywords.re is S._GUARDED_RE and jsonschema._utils.re is S._GUARDED_RE
+
+
 def test_catastrophic_pattern_runs_in_linear_time_on_re2():
     assert S.HAVE_RE2, "google-re2 is a declared dependency"
     violation, took = timed({"s": EVIL}, {"properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}})
