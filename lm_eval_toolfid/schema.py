@@ -37,6 +37,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import SchemaError, best_match
 from referencing import Registry
 from referencing.exceptions import NoSuchResource, Unresolvable
+from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 from referencing.jsonschema import DRAFT202012
 
 try:  # google-re2: linear-time matching; optional at import, a declared dependency
@@ -302,7 +303,8 @@ def unresolvable_ref(schema: dict[str, Any]) -> str | None:
     """The first ``$ref`` in ``schema`` that cannot be resolved locally, described; else None."""
     resource = DRAFT202012.create_resource(schema)
     root = resource.id() or ""
-    registry = _REGISTRY.with_resource(root, resource).crawl()
+    # the JSON Schema meta-schemas ship with jsonschema (as at validation time): resolvable offline
+    registry = _REGISTRY.combine(SPECIFICATIONS).with_resource(root, resource).crawl()
     for base, ref in _refs(schema, root):
         try:
             registry.resolver(base_uri=base).lookup(ref)

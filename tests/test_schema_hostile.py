@@ -91,6 +91,11 @@ def test_embedded_id_resources_still_resolve(loopback):
     assert check_tool_schema(params) is None
     assert validate_arguments({"a": "s", "b": "t"}, params) is None
     assert validate_arguments({"a": 1}, params).keyword == "type"
+    # the JSON Schema meta-schemas ship with jsonschema, so refs to them resolve offline
+    meta = {"type": "object", "properties": {"s": {"$ref": "https://json-schema.org/draft/2020-12/schema"}}}
+    assert check_tool_schema(meta) is None
+    assert validate_arguments({"s": {"type": "string"}}, meta) is None
+    assert validate_arguments({"s": {"type": 3}}, meta) is not None
     assert hits == []
 
 
