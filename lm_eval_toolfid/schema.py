@@ -157,11 +157,13 @@ def _budgeted_search(regex: re.Pattern[str], text: str) -> Any:
     outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, remaining)
     started = time.monotonic()
     try:
-        return regex.search(text)
+        try:
+            return regex.search(text)
+        finally:  # inside the except below: an alarm landing just as the search ends is still caught
+            signal.setitimer(signal.ITIMER_REAL, 0)
     except _Alarm:
         raise PatternTimeout(regex.pattern) from None
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         if outer_delay > 0:  # someone else's timer was running: give it back what is left
             signal.setitimer(signal.ITIMER_REAL, max(outer_delay - (time.monotonic() - started), 1e-6),
