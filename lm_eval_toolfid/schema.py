@@ -164,7 +164,7 @@ def _budgeted_search(regex: re.Pattern[str], text: str) -> Any:
     except _Alarm:
         raise PatternTimeout(regex.pattern) from None
     finally:
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
         if outer_delay > 0:  # someone else's timer was running: give it back what is left
             signal.setitimer(signal.ITIMER_REAL, max(outer_delay - (time.monotonic() - started), 1e-6),
                              outer_interval)
