@@ -27,6 +27,8 @@ def resolve_cases_path(spec: str | Path | None) -> Path:
     if str(spec) == FIXTURE_CASES:
         return fixture_cases_path()
     path = Path(spec).expanduser()
+    if path.is_dir():
+        raise ToolfidError(f"case file {path} is a directory; give the .jsonl file")
     if not path.is_file():
         raise ToolfidError(f"case file not found: {path}")
     return path
@@ -44,7 +46,10 @@ def parse_case_line(line: str, where: str) -> Case:
     try:
         raw = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise ToolfidError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        raise ToolfidError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                           f"each line must be one complete JSON object") from None
+    except RecursionError:
+        raise ToolfidError(f"{where}: JSON nests too deeply to load; flatten this case") from None
     if not isinstance(raw, dict):
         raise ToolfidError(f"{where}: a case must be a JSON object, got {type(raw).__name__}")
     try:
@@ -58,16 +63,28 @@ def parse_case_line(line: str, where: str) -> Case:
     return case
 
 
+def _lines(text: str) -> list[str]:
+    """JSONL lines. Only ``\n`` ends a line: ``str.splitlines`` would also split on U+2028/U+2029/
+    U+0085 and friends, which JSON allows raw inside strings."""
+    lines = text.split("\n")
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def load_cases(spec: str | Path | None = None) -> list[Case]:
     """Load and validate a case file; raises :class:`ToolfidError` with ``file:line``."""
     path = resolve_cases_path(spec)
     cases: list[Case] = []
     seen: dict[str, int] = {}
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ToolfidError(f"cannot read case file {path}: {exc}") from None
-    for lineno, line in enumerate(text.splitlines(), start=1):
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ToolfidError(f"cannot read case file {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8-sig")  # a byte-order mark at the start is tolerated
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise ToolfidError(f"{path}:{line}: not UTF-8 (byte {exc.start}); save the case file as UTF-8") from None
+    for lineno, line in enumerate(_lines(text), start=1):
         if not line.strip() or line.lstrip().startswith("//"):
             continue
         where = f"{path}:{lineno}"
@@ -77,7 +94,8 @@ def load_cases(spec: str | Path | None = None) -> list[Case]:
         seen[case.id] = lineno
         cases.append(case)
     if not cases:
-        raise ToolfidError(f"{path}: no cases in file")
+        raise ToolfidError(f"{path}: no cases in file (empty, or only blank/comment lines); "
+                           f"write one JSON case object per line")
     return cases
 
 

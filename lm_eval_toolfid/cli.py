@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .bundled import fixture_paths, tasks_path
-from .errors import ToolfidError
+from .errors import ToolfidError, guard
 
 FIXTURE_TASK = "tool_use_fidelity_fixture"
 DEFAULT_TASK = "tool_use_fidelity"
@@ -61,6 +61,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     adapters = _adapters(args.adapter)
     out_dir = _out_dir(args)
     metadata = _metadata(args)
+    if metadata.get("cases"):  # a bad case file fails in one line before any model loads
+        from .cases import load_cases
+
+        load_cases(metadata["cases"])
     session = base_view = None
     if args.null_runs:
         from .calibrate import calibrate_in_process
@@ -126,7 +130,7 @@ def _check_model_args(argv: list[str]) -> None:
             if pairs.get("pretrained"):
                 check_base(pairs["pretrained"])
             if pairs.get("peft"):
-                check_adapter(pairs["peft"])
+                check_adapter(pairs["peft"], pairs.get("pretrained"))
 
 
 def cmd_lm_eval(args: argparse.Namespace) -> int:
@@ -144,6 +148,7 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="toolfid", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of any error")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -187,15 +192,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["lm-eval"]:  # everything after it belongs to lm_eval, flags included
-        args = argparse.Namespace(func=cmd_lm_eval, lm_eval_args=argv[1:])
+    debug = argv[:1] == ["--debug"]
+    if argv[debug:debug + 1] == ["lm-eval"]:  # everything after it belongs to lm_eval, flags included
+        args = argparse.Namespace(func=cmd_lm_eval, lm_eval_args=argv[debug + 1:], debug=debug)
     else:
         args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except ToolfidError as exc:
-        print(f"toolfid: error: {exc}", file=sys.stderr)
-        return 2
+    return guard(args.func, args, debug=args.debug)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,61 @@
-"""The one exception type user-facing entry points turn into a one-line error."""
+"""The one exception type user-facing entry points turn into a one-line error, and the guard
+every ``toolfid`` command runs under.
+
+Exit codes of ``toolfid`` (1 and 2 belong to the verdict gate):
+
+====  ==========================================================
+0     success
+1     gate FAIL (``--gate``)
+2     gate UNDECIDED
+4     user error (:class:`ToolfidError`): bad file, missing model, bad flag value
+5     internal error (a bug): one line, ``--debug`` shows the traceback
+130   interrupted (Ctrl-C)
+====  ==========================================================
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+EXIT_USER_ERROR = 4
+EXIT_INTERNAL_ERROR = 5
+EXIT_INTERRUPTED = 130
 
 
 class ToolfidError(Exception):
     """A problem with the user's input or environment, explained in one line."""
+
+
+def one_line(text: str, limit: int = 1000) -> str:
+    """``text`` with line breaks folded to spaces (messages may quote user data), capped."""
+    flat = " ".join(str(text).split("\n")).replace("\r", " ").replace("\u2028", " ").replace("\u2029", " ")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def guard(func: Callable[..., int | None], *args: Any, debug: bool = False) -> int:
+    """Run a CLI command; turn what it raises into a one-line message and an exit code.
+
+    ``ToolfidError`` → ``toolfid: error: <msg>``, exit 4; ``KeyboardInterrupt`` → exit 130;
+    anything else → ``toolfid: internal error: <Type>: <msg> (rerun with --debug ...)``, exit 5.
+    With ``debug=True`` exceptions propagate (full traceback). ``SystemExit`` always passes through.
+    """
+    try:
+        rc = func(*args)
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - this is the top level
+        if debug:
+            raise
+        if isinstance(exc, ToolfidError):
+            print(f"toolfid: error: {one_line(str(exc))}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        if isinstance(exc, KeyboardInterrupt):
+            print("toolfid: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        if not isinstance(exc, Exception):  # GeneratorExit and the like: not ours to swallow
+            raise
+        print(f"toolfid: internal error: {type(exc).__name__}: {one_line(str(exc), 300)} "
+              f"(rerun with --debug for the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
+    return 0 if rc is None else int(rc)

@@ -51,17 +51,40 @@ def n_cases(results: dict[str, Any], row: RunRow) -> int:
 
 
 def load_results(path: str | Path) -> dict[str, Any]:
-    """An lm-eval results JSON (a file, or the newest ``results_*.json`` in a folder)."""
+    """An lm-eval results JSON (a file, or the newest ``results_*.json`` in a folder).
+
+    Anything else is a one-line :class:`ToolfidError` naming the file: missing, not JSON, not
+    lm-eval results, or results without a ``tool_use_fidelity`` task.
+    """
     p = Path(path).expanduser()
     if p.is_dir():
         found = sorted(p.rglob("results*.json"))
         if not found:
-            raise ToolfidError(f"no results*.json under {p}")
+            raise ToolfidError(f"no results*.json under {p}; point at an lm_eval --output_path folder or file")
         p = found[-1]
+    elif not p.exists():
+        raise ToolfidError(f"results file not found: {p}")
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ToolfidError(f"cannot read lm-eval results {p}: {exc}") from None
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ToolfidError(f"cannot read lm-eval results {p}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ToolfidError(f"{p}: not an lm-eval results file (not UTF-8 text)") from None
+    try:
+        results = json.loads(text)
+    except ValueError as exc:
+        line = getattr(exc, "lineno", None)
+        raise ToolfidError(f"{p}{f':{line}' if line else ''}: not valid JSON ({getattr(exc, 'msg', exc)}); "
+                           f"is it a complete lm-eval results file?") from None
+    except RecursionError:
+        raise ToolfidError(f"{p}: JSON nests too deeply; not an lm-eval results file") from None
+    if not isinstance(results, dict) or not isinstance(results.get("results"), dict):
+        raise ToolfidError(f"{p}: not lm-eval results (no 'results' object); give a results_*.json from lm_eval")
+    if not any(str(t).startswith("tool_use_fidelity") for t in results["results"]):
+        tasks = ", ".join(sorted(map(str, results["results"]))[:5]) or "none"
+        raise ToolfidError(f"{p}: no tool_use_fidelity task in these results (tasks: {tasks}); "
+                           f"run lm_eval with --tasks tool_use_fidelity")
+    return results
 
 
 def _fmt(value: float | None, spec: str = ".3f") -> str:

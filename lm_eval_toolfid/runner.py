@@ -41,28 +41,22 @@ def check_base(base: str) -> None:
     if path.is_dir():
         if not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
             raise ToolfidError(f"base model directory {path} has no config.json")
+        if (path / "config.json").is_file():
+            from .adapter_check import read_json_object
+
+            read_json_object(path / "config.json", "model config")
     elif path.exists():
         raise ToolfidError(f"base model {path} is a file, not a model directory")
     elif base.startswith(("/", ".", "~")) or base.count("/") > 1:
         raise ToolfidError(f"base model not found: {base}")
 
 
-def check_adapter(adapter: str) -> None:
-    """A broken adapter directory is a one-line error before any model is loaded."""
-    path = Path(adapter).expanduser()
-    if not path.is_dir():
-        raise ToolfidError(f"adapter directory not found: {path}")
-    cfg = path / "adapter_config.json"
-    try:
-        config = json.loads(cfg.read_text(encoding="utf-8"))
-    except OSError:
-        raise ToolfidError(f"{path} is not a PEFT adapter: no adapter_config.json") from None
-    except ValueError as exc:
-        raise ToolfidError(f"{cfg}: not valid JSON ({exc})") from None
-    if not isinstance(config, dict) or "peft_type" not in config:
-        raise ToolfidError(f"{cfg}: not a PEFT adapter config (no peft_type)")
-    if not any((path / name).is_file() for name in ("adapter_model.safetensors", "adapter_model.bin")):
-        raise ToolfidError(f"{path}: no adapter weights (adapter_model.safetensors)")
+def check_adapter(adapter: str, base: str | None = None) -> None:
+    """A broken adapter directory (or, given a local ``base``, one that does not fit it) is a
+    one-line error before any model is loaded; see :mod:`lm_eval_toolfid.adapter_check`."""
+    from .adapter_check import check_adapter as _check
+
+    _check(adapter, base)
 
 
 class ModelSession:
@@ -73,7 +67,7 @@ class ModelSession:
         from lm_eval.models.huggingface import HFLM
 
         check_base(base)
-        check_adapter(first_adapter)
+        check_adapter(first_adapter, base)
         self.base = base
         import torch
 
@@ -91,7 +85,7 @@ class ModelSession:
         return self.lm.model
 
     def add_adapter(self, name: str, path: str) -> None:
-        check_adapter(path)
+        check_adapter(path, self.base)
         self.peft_model.load_adapter(path, adapter_name=name)
         self.adapters[name] = path
 
@@ -150,7 +144,7 @@ def run_views(base: str, adapters: dict[str, str], task: str, metadata: dict[str
     ``base_view`` reuses a base view that session already ran (its reference is in the store).
     """
     for path in adapters.values():
-        check_adapter(path)
+        check_adapter(path, base)
     names = list(adapters)
     session = session or ModelSession(base, adapters[names[0]], batch_size=batch_size)
     for name in names[1:]:
