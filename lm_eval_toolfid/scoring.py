@@ -53,8 +53,10 @@ def score_generation(text: str, case: Case, task_allowed: Sequence[str] | None =
     """Score one generation for one case. The first call is the one judged; ``n_calls`` counts all."""
     parsed = parse_calls(text)
     if not parsed.calls:
-        kind = OutcomeKind.MALFORMED if parsed.saw_object_start else OutcomeKind.NO_CALL
-        return Outcome(kind=kind)
+        if not parsed.malformed:
+            return Outcome(kind=OutcomeKind.NO_CALL)
+        surface = parsed.malformed_formats[0] if parsed.malformed_formats else None
+        return Outcome(kind=OutcomeKind.MALFORMED, surface=surface)
     outcome = score_call(parsed.calls[0], case, task_allowed)
     return outcome.model_copy(update={"n_calls": len(parsed.calls)})
 

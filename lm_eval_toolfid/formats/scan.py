@@ -1,0 +1,147 @@
+"""One linear pass over a text that finds every balanced ``{...}`` / ``[...]`` span.
+
+The scanner keeps a stack of open brackets. Quotes only matter inside an open bracket (prose
+quotes outside JSON are ignored), escapes are honoured, and a raw newline ends a string (JSON
+forbids raw newlines in strings, and this stops a stray quote in prose from hiding the rest of
+the text). A closer that does not match the innermost opener is treated as prose. Each span
+records its *height* (nesting levels inside it, itself included); spans taller than
+``MAX_DEPTH`` are never offered for decoding, so ``json.loads`` cannot recurse too deep.
+
+Decoding then goes outermost first: a span that decodes hides the spans inside it; a span that
+does not decode (prose in braces) lets its children be tried. ``MAX_DECODES`` and
+``DECODE_BUDGET`` bound the work.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator, NamedTuple
+
+from .limits import DECODE_BUDGET, MAX_DECODES, MAX_DEPTH, safe_loads
+
+_TOKEN = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"?|[{\[]+|[}\]]+')
+_OPENER = re.compile(r"[{\[]")
+_MATCH = {"}": "{", "]": "["}
+
+
+class Span(NamedTuple):
+    start: int
+    end: int
+    height: int
+
+
+def _batches(text: str, start: int, end: int, max_depth: int) -> Iterator[list[tuple[int, int, int]]]:
+    """Balanced spans ``(start, end, height)`` in batches: a batch is yielded each time every
+    open bracket has closed (a finished top-level tree), and once more at the end for spans
+    under brackets that never close. Tokens (a whole string, a run of openers, a run of closers)
+    come from one ``finditer``; a run of openers is pushed in bulk; heights saturate."""
+    cap = max_depth + 1
+    batch: list[tuple[int, int, int]] = []
+    chars: list[str] = []  # the stack of open brackets: their characters,
+    where: list[int] = []  # positions,
+    child: list[int] = []  # and the tallest span closed inside each so far
+    pos: int | None = start
+    while pos is not None:
+        resume = None
+        for m in _TOKEN.finditer(text, pos, end):
+            tok = m.group()
+            first = tok[0]
+            if first == '"':
+                if not chars:  # a quote outside any bracket is prose: look inside it for an opener
+                    inner = _OPENER.search(tok)
+                    if inner is not None:
+                        resume = m.start() + inner.start()
+                        break
+                continue
+            at = m.start()
+            if first == "{" or first == "[":
+                chars.extend(tok)
+                where.extend(range(at, at + len(tok)))
+                child.extend([0] * len(tok))
+                continue
+            if not chars:
+                continue
+            for j, ch in enumerate(tok):
+                if chars[-1] != _MATCH[ch]:
+                    continue  # mismatched closer: prose
+                chars.pop()
+                height = child.pop() + 1
+                if height > cap:
+                    height = cap
+                if height <= max_depth:
+                    batch.append((where.pop(), at + j + 1, height))
+                else:
+                    where.pop()
+                if not chars:
+                    yield batch
+                    batch = []
+                    break
+                if child[-1] < height:
+                    child[-1] = height
+        pos = resume
+    if batch:
+        yield batch
+
+
+def spans(text: str, start: int = 0, end: int | None = None, max_depth: int = MAX_DEPTH) -> list[Span]:
+    """Every balanced bracket span in ``text[start:end]`` no taller than ``max_depth``, by start."""
+    end = len(text) if end is None else min(end, len(text))
+    return sorted(Span(*s) for batch in _batches(text, start, end, max_depth) for s in batch)
+
+
+def first_span_at(text: str, at: int, end: int | None = None) -> Span | None:
+    """The balanced span that opens exactly at ``at`` (scanning stops where it closes), or None
+    when it never closes. Callers check ``height`` against ``MAX_DEPTH`` before decoding."""
+    end = len(text) if end is None else min(end, len(text))
+    if at >= end or text[at] not in "{[":
+        return None
+    chars: list[str] = []
+    tallest = 0
+    for m in _TOKEN.finditer(text, at, end):
+        tok = m.group()
+        first = tok[0]
+        if first == '"':
+            continue
+        if first in "{[":
+            chars.extend(tok)
+            tallest = max(tallest, len(chars))
+            continue
+        for j, ch in enumerate(tok):
+            if chars[-1] != _MATCH[ch]:
+                continue
+            chars.pop()
+            if not chars:
+                return Span(at, m.start() + j + 1, tallest)
+    return None
+
+
+class Decoded(NamedTuple):
+    start: int
+    end: int
+    value: Any
+
+
+def decoded(text: str, start: int = 0, end: int | None = None, max_decodes: int = MAX_DECODES,
+            budget: int = DECODE_BUDGET) -> list[Decoded]:
+    """Decode spans outermost first, left to right; a decoded span hides the spans inside it.
+
+    Each finished top-level tree is decoded as soon as it closes, so the scan stops as soon as
+    ``max_decodes`` candidates or ``budget`` characters have been spent.
+    """
+    end = len(text) if end is None else min(end, len(text))
+    out: list[Decoded] = []
+    for batch in _batches(text, start, end, MAX_DEPTH):
+        batch.sort()
+        covered_to = -1
+        for s_start, s_end, _ in batch:
+            if s_start < covered_to:
+                continue
+            if max_decodes <= 0 or budget < s_end - s_start:
+                return out
+            max_decodes -= 1
+            budget -= s_end - s_start
+            ok, value = safe_loads(text[s_start:s_end])
+            if ok:
+                covered_to = s_end
+                out.append(Decoded(s_start, s_end, value))
+    return out
