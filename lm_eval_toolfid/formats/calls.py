@@ -26,6 +26,8 @@ class Found:
 
     calls: list[ToolCall] = field(default_factory=list)
     others: list[ToolCall] = field(default_factory=list)
+    too_deep: bool = False
+    """A bracket tree deeper than ``MAX_DEPTH`` was seen (and not decoded)."""
 
     def extend(self, other: Found) -> None:
         self.calls.extend(other.calls)

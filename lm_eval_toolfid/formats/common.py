@@ -42,9 +42,10 @@ def whole_json(text: str) -> tuple[bool, Any]:
     return safe_loads(stripped)
 
 
-def json_values(text: str, start: int = 0, end: int | None = None) -> list[Any]:
-    """Every decodable JSON object/array in ``text[start:end]``, outermost first, left to right."""
-    return [d.value for d in decoded(text, start, end)]
+def json_values(text: str, start: int = 0, end: int | None = None, too_deep: list[int] | None = None) -> list[Any]:
+    """Every decodable JSON object/array in ``text[start:end]``, outermost first, left to right
+    (ends of bracket trees too deep to decode are appended to ``too_deep``)."""
+    return [d.value for d in decoded(text, start, end, too_deep=too_deep)]
 
 
 def dumps(value: Any) -> str:

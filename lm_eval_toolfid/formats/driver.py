@@ -97,6 +97,6 @@ def _parse(text: str) -> ParsedGeneration:
     if found.calls:
         return result(found)
     others = others or (found if found.others else None)
-    if others is not None and not malformed:
+    if others is not None and not malformed and not found.too_deep:
         return result(Found(calls=others.others))
     return result(Found())

@@ -17,7 +17,7 @@ from typing import Any
 from ..records import SurfaceFormat
 from .calls import Found, calls_from_value
 from .common import dumps, json_values
-from .limits import MAX_DEPTH, safe_loads
+from .limits import MAX_DECODES, MAX_DEPTH, safe_loads
 from .scan import first_span_at
 
 SURFACE = SurfaceFormat.EMBEDDED
@@ -26,18 +26,23 @@ _CALL_START = re.compile(r'\{\s*"(?:name|function|tool_calls)"\s*:')
 
 def parse(text: str, surface: SurfaceFormat = SURFACE) -> Found:
     found = Found()
-    for value in json_values(text):
+    too_deep: list[int] = []
+    for value in json_values(text, too_deep=too_deep):
         found.extend(calls_from_value(value, surface))
+    found.too_deep = bool(too_deep)
     if not found.calls:
         _restart_pass(text, surface, found)
     return found
 
 
 def _restart_pass(text: str, surface: SurfaceFormat, found: Found) -> None:
-    after = 0
+    after, decodes = 0, 0
     for m in _CALL_START.finditer(text):
         if m.start() < after:
             continue
+        if decodes >= MAX_DECODES:
+            return
+        decodes += 1
         span = first_span_at(text, m.start())
         if span is None:
             return

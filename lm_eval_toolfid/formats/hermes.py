@@ -14,6 +14,7 @@ from ..records import SurfaceFormat
 from . import qwen_xml
 from .calls import Found, calls_from_value
 from .common import Finder, dumps, json_values, nearest
+from .limits import MAX_CALLS
 
 SURFACE = SurfaceFormat.HERMES
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -25,8 +26,9 @@ def parse(text: str) -> Found | None:
         return None
     opens, closes = Finder(text, OPEN), Finder(text, CLOSE)
     found = Found()
-    pos = opens.find(0)
-    while pos != -1:
+    pos, seen = opens.find(0), 0
+    while pos != -1 and seen < MAX_CALLS:
+        seen += 1
         start = pos + len(OPEN)
         end = nearest(opens.find(start), closes.find(start), default=len(text))
         if qwen_xml.OPEN in text[start:end]:

@@ -21,6 +21,8 @@ MAX_DECODES = 64
 """Most JSON candidates handed to ``json.loads`` for one text."""
 DECODE_BUDGET = 8 * SCAN_CAP
 """Most characters handed to ``json.loads`` for one text (all candidates together)."""
+MAX_CALLS = 64
+"""Most calls, tags or parameters read per generation (per function for parameters)."""
 PYTHONIC_CAP = 32_768
 """Longest text handed to ``ast.parse`` for the pythonic format."""
 
@@ -48,7 +50,7 @@ def safe_loads(text: str) -> tuple[bool, Any]:
         return False, None
     try:
         return True, _clean(value, MAX_DEPTH + 2)
-    except RecursionError:  # pragma: no cover - depth is capped before decoding
+    except (RecursionError, ValueError):  # non-finite number (1e999)
         return False, None
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from ..records import SurfaceFormat, ToolCall
 from .calls import Found, call_from_object, calls_from_value
 from .common import Finder, dumps
-from .limits import MAX_DEPTH, safe_loads
+from .limits import MAX_CALLS, MAX_DEPTH, safe_loads
 from .scan import first_span_at
 
 SURFACE = SurfaceFormat.MISTRAL
@@ -37,8 +37,9 @@ def parse(text: str) -> Found | None:
         return None
     found = Found()
     markers = Finder(text, MARKER)
-    pos = markers.find(0)
-    while pos != -1:
+    pos, seen = markers.find(0), 0
+    while pos != -1 and seen < MAX_CALLS:
+        seen += 1
         start = pos + len(MARKER)
         end = markers.find(start)
         end = len(text) if end == -1 else end
@@ -56,7 +57,7 @@ def parse(text: str) -> Found | None:
 def _inline(text: str, start: int, end: int) -> Found:
     found = Found()
     pos = start
-    while pos < end:
+    while pos < end and len(found.calls) < MAX_CALLS:
         m = _INLINE.match(text, pos, end)
         if m is None:
             break

@@ -65,6 +65,8 @@ def _calls(node: ast.AST) -> list[ToolCall]:
         for kw in call.keywords:
             if kw.arg is None:
                 raise NotLiteral("**kwargs")
+            if kw.arg in arguments:
+                raise NotLiteral("repeated keyword argument")  # Python itself refuses this
             arguments[kw.arg] = _literal(kw.value, MAX_DEPTH)
         out.append(ToolCall(name=name, arguments=arguments, surface=SURFACE,
                             raw={"name": name, "arguments": arguments}))

@@ -16,7 +16,7 @@ from typing import Any
 from ..records import SurfaceFormat, ToolCall
 from .calls import Found
 from .common import Finder, nearest, whole_json
-from .limits import safe_loads
+from .limits import MAX_CALLS, safe_loads
 
 SURFACE = SurfaceFormat.QWEN_XML
 OPEN, CLOSE = "<function=", "</function>"
@@ -37,7 +37,7 @@ def parse_region(text: str, start: int, end: int) -> Found:
     funcs, func_ends = Finder(text, OPEN, end), Finder(text, CLOSE, end)
     params, param_ends = Finder(text, P_OPEN, end), Finder(text, P_CLOSE, end)
     pos = funcs.find(start)
-    while 0 <= pos < end:
+    while 0 <= pos < end and len(found.calls) < MAX_CALLS:
         name_m = _NAME.match(text, pos + len(OPEN), end)
         body_start = name_m.end() if name_m else pos + len(OPEN)
         body_end = min(nearest(funcs.find(body_start), func_ends.find(body_start), default=end), end)
@@ -52,8 +52,9 @@ def parse_region(text: str, start: int, end: int) -> Found:
 
 def _parameters(text: str, start: int, end: int, params: Finder, param_ends: Finder) -> dict[str, Any]:
     args: dict[str, Any] = {}
-    pos = params.find(start)
-    while 0 <= pos < end:
+    pos, seen = params.find(start), 0
+    while 0 <= pos < end and seen < MAX_CALLS:
+        seen += 1
         name_m = _NAME.match(text, pos + len(P_OPEN), end)
         value_start = name_m.end() if name_m else pos + len(P_OPEN)
         value_end = min(nearest(params.find(value_start), param_ends.find(value_start), default=end), end)

@@ -19,7 +19,12 @@ from typing import Any, Iterator, NamedTuple
 
 from .limits import DECODE_BUDGET, MAX_DECODES, MAX_DEPTH, safe_loads
 
-_TOKEN = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"?|[{\[]+|[}\]]+')
+_STR = r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"?'
+_PLAIN_STR = r'"[^"\\\n{}\[\]]*(?:\\[^{}\[\]\n][^"\\\n{}\[\]]*)*"'  # a closed string without brackets
+# A token is a run that opens (openers, prose, bracket-free strings), a run that closes (closers,
+# prose, bracket-free strings), or any other string. Runs make bombs cheap: one token, not one
+# per bracket.
+_TOKEN = re.compile(rf'[{{\[](?:[^}}\]"]|{_PLAIN_STR})*|[}}\]](?:[^{{\["]|{_PLAIN_STR})*|{_STR}')
 _OPENER = re.compile(r"[{\[]")
 _MATCH = {"}": "{", "]": "["}
 
@@ -30,7 +35,8 @@ class Span(NamedTuple):
     height: int
 
 
-def _batches(text: str, start: int, end: int, max_depth: int) -> Iterator[list[tuple[int, int, int]]]:
+def _batches(text: str, start: int, end: int, max_depth: int,
+             too_deep: list[int] | None = None) -> Iterator[list[tuple[int, int, int]]]:
     """Balanced spans ``(start, end, height)`` in batches: a batch is yielded each time every
     open bracket has closed (a finished top-level tree), and once more at the end for spans
     under brackets that never close. Tokens (a whole string, a run of openers, a run of closers)
@@ -55,13 +61,17 @@ def _batches(text: str, start: int, end: int, max_depth: int) -> Iterator[list[t
                 continue
             at = m.start()
             if first == "{" or first == "[":
-                chars.extend(tok)
-                where.extend(range(at, at + len(tok)))
-                child.extend([0] * len(tok))
+                for k, c in enumerate(tok, at):
+                    if c == "{" or c == "[":
+                        chars.append(c)
+                        where.append(k)
+                        child.append(0)
                 continue
             if not chars:
                 continue
-            for j, ch in enumerate(tok):
+            for k, ch in enumerate(tok, at):
+                if ch != "}" and ch != "]":
+                    continue
                 if chars[-1] != _MATCH[ch]:
                     continue  # mismatched closer: prose
                 chars.pop()
@@ -69,13 +79,15 @@ def _batches(text: str, start: int, end: int, max_depth: int) -> Iterator[list[t
                 if height > cap:
                     height = cap
                 if height <= max_depth:
-                    batch.append((where.pop(), at + j + 1, height))
+                    batch.append((where.pop(), k + 1, height))
                 else:
                     where.pop()
+                    if too_deep is not None and not too_deep:
+                        too_deep.append(k + 1)  # a tree too tall to decode (noted once)
                 if not chars:
                     yield batch
                     batch = []
-                    break
+                    break  # the rest of this run holds no opener: nothing to do outside brackets
                 if child[-1] < height:
                     child[-1] = height
         pos = resume
@@ -95,23 +107,21 @@ def first_span_at(text: str, at: int, end: int | None = None) -> Span | None:
     end = len(text) if end is None else min(end, len(text))
     if at >= end or text[at] not in "{[":
         return None
-    chars: list[str] = []
-    tallest = 0
+    depth = tallest = 0
     for m in _TOKEN.finditer(text, at, end):
         tok = m.group()
         first = tok[0]
         if first == '"':
             continue
-        if first in "{[":
-            chars.extend(tok)
-            tallest = max(tallest, len(chars))
+        if first == "{" or first == "[":
+            depth += tok.count("{") + tok.count("[")
+            tallest = max(tallest, depth)
             continue
-        for j, ch in enumerate(tok):
-            if chars[-1] != _MATCH[ch]:
-                continue
-            chars.pop()
-            if not chars:
-                return Span(at, m.start() + j + 1, tallest)
+        for k, ch in enumerate(tok, m.start()):
+            if ch == "}" or ch == "]":
+                depth -= 1
+                if depth == 0:
+                    return Span(at, k + 1, tallest)
     return None
 
 
@@ -122,15 +132,16 @@ class Decoded(NamedTuple):
 
 
 def decoded(text: str, start: int = 0, end: int | None = None, max_decodes: int = MAX_DECODES,
-            budget: int = DECODE_BUDGET) -> list[Decoded]:
+            budget: int = DECODE_BUDGET, too_deep: list[int] | None = None) -> list[Decoded]:
     """Decode spans outermost first, left to right; a decoded span hides the spans inside it.
 
     Each finished top-level tree is decoded as soon as it closes, so the scan stops as soon as
-    ``max_decodes`` candidates or ``budget`` characters have been spent.
+    ``max_decodes`` candidates or ``budget`` characters have been spent. The end of the
+    first span too tall to decode is appended to ``too_deep``.
     """
     end = len(text) if end is None else min(end, len(text))
     out: list[Decoded] = []
-    for batch in _batches(text, start, end, MAX_DEPTH):
+    for batch in _batches(text, start, end, MAX_DEPTH, too_deep):
         batch.sort()
         covered_to = -1
         for s_start, s_end, _ in batch:
