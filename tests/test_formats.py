@@ -154,9 +154,11 @@ def test_mistral_marker_with_garbage_is_malformed():
     assert parsed.malformed and S.MISTRAL in parsed.malformed_formats
 
 
-def test_prose_word_glued_to_a_call_object_is_not_read_as_mistral():
-    assert calls('Call{"name": "a", "arguments": {}}') == [("a", {})]
-    assert surfaces('Call{"name": "a", "arguments": {}}') == [S.EMBEDDED]
+def test_prose_word_before_a_call_object_is_not_read_as_mistral():
+    assert calls('Call {"name": "a", "arguments": {}}') == [("a", {})]
+    assert surfaces('Call: {"name": "a", "arguments": {}}') == [S.EMBEDDED]
+    # glued to a name, an object with "name"/"parameters" keys is the arguments (BFCL has one)
+    assert calls('get_info{"name": "x", "parameters": ["a"]}') == [("get_info", {"name": "x", "parameters": ["a"]})]
 
 
 def test_openai_forms_decode_string_arguments_and_flag_them():

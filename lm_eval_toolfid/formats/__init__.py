@@ -9,8 +9,8 @@ One module per format (``bare_json``, ``fenced``, ``embedded``, ``hermes``, ``qw
 from .driver import parse_calls
 from .limits import (DECODE_BUDGET, MAX_CALLS, MAX_DECODES, MAX_DEPTH, PYTHONIC_CAP, SCAN_CAP, bounded_copy,
                      safe_loads)
-from .registry import FORMATS, REGISTRY, Format, render_call
+from .registry import FORMATS, REGISTRY, Format, render_call, render_calls
 from .scan import spans
 
-__all__ = ["parse_calls", "render_call", "FORMATS", "REGISTRY", "Format", "bounded_copy", "safe_loads", "spans",
+__all__ = ["parse_calls", "render_call", "render_calls", "FORMATS", "REGISTRY", "Format", "bounded_copy", "safe_loads", "spans",
            "SCAN_CAP", "MAX_CALLS", "MAX_DEPTH", "MAX_DECODES", "DECODE_BUDGET", "PYTHONIC_CAP"]

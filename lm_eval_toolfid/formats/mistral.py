@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from ..records import SurfaceFormat, ToolCall
-from .calls import Found, call_from_object, calls_from_value
+from .calls import Found, calls_from_value
 from .common import Finder, dumps
 from .limits import MAX_CALLS, MAX_DEPTH, safe_loads
 from .scan import first_span_at
@@ -72,17 +72,15 @@ def _inline(text: str, start: int, end: int) -> Found:
 
 
 def parse_inline(text: str) -> Found | None:
-    """``f{...}g{...}`` (markers stripped) when the text starts so and the object is not itself a call."""
+    """``f{...}g{...}`` (markers stripped) when the text starts so: a name glued to an object.
+
+    The object is the arguments even when it has ``"name"`` and ``"parameters"`` keys (a BFCL
+    reference answer does); prose never glues a word to ``{`` (``Call {...}`` is not read so)."""
     m = _INLINE.match(text)
     if m is None or m.start(1) != 0 and text[:m.start(1)].strip():
         return None
     found = _inline(text, 0, len(text))
-    if not found.calls:
-        return None
-    first = found.calls[0].arguments
-    if isinstance(first, dict) and call_from_object(first, SURFACE)[1]:
-        return None  # ``Call{"name": ..., "arguments": ...}``: leave it to the JSON formats
-    return found
+    return found if found.calls else None
 
 
 def render(name: str, arguments: dict[str, Any], markers: bool = True) -> str:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..records import SurfaceFormat
 from . import bare_json, embedded, fenced, hermes, llama, mistral, openai, pythonic, qwen_xml
@@ -54,3 +55,54 @@ def render_call(name: str, arguments: dict[str, Any], fmt: str, markers: bool = 
     except KeyError:
         raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}") from None
     return spec.render(name, arguments, markers=markers)
+
+
+Call = tuple[str, dict[str, Any]]
+
+
+def _obj(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments}
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _fn(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}
+
+
+def _joined(sep: str) -> Callable[[str, Sequence[Call], bool], str]:
+    return lambda fmt, calls, markers: sep.join(render_call(n, a, fmt, markers) for n, a in calls)
+
+
+_MANY: dict[str, Callable[[str, Sequence[Call], bool], str]] = {
+    "bare_json": lambda f, calls, m: _dumps([_obj(n, a) for n, a in calls]),
+    "fenced": lambda f, calls, m: "```json\n" + _dumps([_obj(n, a) for n, a in calls]) + "\n```",
+    "embedded": lambda f, calls, m: "I'll call " + " and then ".join(_dumps(_obj(n, a)) for n, a in calls) + ".",
+    "hermes": _joined("\n"),
+    "qwen_xml": _joined("\n"),
+    "llama": lambda f, calls, m: llama.render_many(list(calls), markers=m),
+    "mistral": lambda f, calls, m: (mistral.MARKER if m else "") + _dumps([_obj(n, a) for n, a in calls]),
+    "mistral_args": _joined(""),
+    "mistral_inline": _joined(""),
+    "openai": lambda f, calls, m: _dumps({"tool_calls": [
+        {"id": f"call_{i}", "type": "function", "function": _fn(n, a)} for i, (n, a) in enumerate(calls)]}),
+    "openai_function": lambda f, calls, m: _dumps([{"type": "function", "function": _fn(n, a)} for n, a in calls]),
+    "openai_string_args": lambda f, calls, m: _dumps([_fn(n, a) for n, a in calls]),
+    "pythonic": lambda f, calls, m: "[" + ", ".join(pythonic.render_bare(n, a) for n, a in calls) + "]",
+}
+
+
+def render_calls(calls: Sequence[Call], fmt: str, markers: bool = True) -> str:
+    """Several calls in one generation, the way ``fmt`` writes parallel calls. Raises ValueError
+    where the format has no way to write several calls (``pythonic_bare``) or cannot express one."""
+    if len(calls) == 1:
+        return render_call(calls[0][0], calls[0][1], fmt, markers)
+    if fmt not in REGISTRY:
+        raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    if fmt not in _MANY:
+        raise ValueError(f"format {fmt!r} writes one call per generation")
+    for name, arguments in calls:
+        render_call(name, arguments, fmt, markers)  # raises where a call cannot be expressed
+    return _MANY[fmt](fmt, calls, markers)
