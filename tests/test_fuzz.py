@@ -25,7 +25,7 @@ from .conftest import make_case
 
 settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("deep", max_examples=5000, deadline=None,
+settings.register_profile("deep", max_examples=int(os.environ.get("TOOLFID_FUZZ_EXAMPLES", "5000")), deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("TOOLFID_FUZZ_PROFILE", "ci"))
 

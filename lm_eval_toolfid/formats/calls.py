@@ -37,7 +37,7 @@ class Found:
 def decode_string_arguments(value: str) -> Any:
     """A JSON-encoded arguments string → its object, or None when it is not one."""
     stripped = value.strip()
-    if not stripped.startswith("{"):
+    if not stripped.startswith("{") or not stripped.endswith("}"):
         return None
     span = first_span_at(stripped, 0)
     if span is None or span.end != len(stripped) or span.height > MAX_DEPTH:

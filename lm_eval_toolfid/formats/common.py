@@ -34,7 +34,7 @@ def nearest(*positions: int, default: int) -> int:
 def whole_json(text: str) -> tuple[bool, Any]:
     """``(ok, value)`` when all of ``text`` (stripped) is one JSON object or array within the depth cap."""
     stripped = text.strip()
-    if not stripped or stripped[0] not in "{[":
+    if not stripped or stripped[0] not in "{[" or stripped[-1] not in "}]":
         return False, None
     span = first_span_at(stripped, 0)
     if span is None or span.end != len(stripped) or span.height > MAX_DEPTH:

@@ -15,17 +15,27 @@ does not decode (prose in braces) lets its children be tried. ``MAX_DECODES`` an
 from __future__ import annotations
 
 import re
+from itertools import compress
 from typing import Any, Iterator, NamedTuple
 
 from .limits import DECODE_BUDGET, MAX_DECODES, MAX_DEPTH, safe_loads
 
-_STR = r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"?'
-_PLAIN_STR = r'"[^"\\\n{}\[\]]*(?:\\[^{}\[\]\n][^"\\\n{}\[\]]*)*"'  # a closed string without brackets
-# A token is a run that opens (openers, prose, bracket-free strings), a run that closes (closers,
-# prose, bracket-free strings), or any other string. Runs make bombs cheap: one token, not one
-# per bracket.
-_TOKEN = re.compile(rf'[{{\[](?:[^}}\]"]|{_PLAIN_STR})*|[}}\]](?:[^{{\["]|{_PLAIN_STR})*|{_STR}')
+# Possessive quantifiers (Python 3.11+) keep every pattern free of backtracking.
+_STR = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"?'
+_PLAIN_STR = r'"[^"\\\n{}\[\]]*+(?:\\[^{}\[\]\n][^"\\\n{}\[\]]*+)*+"'  # a closed string without brackets
+_FLAT = rf'\{{(?:[^{{}}\[\]"]++|{_PLAIN_STR})*+\}}|\[(?:[^{{}}\[\]"]++|{_PLAIN_STR})*+\]'  # no brackets inside
+# A token is a run of flat containers (prose between them allowed), a run that opens (openers,
+# prose, bracket-free strings), a run that closes (closers, prose, bracket-free strings), or any
+# other string. Runs make bombs cheap: one token, not one per bracket; a run of flat containers
+# is expanded only if decoding reaches it.
+_TOKEN = re.compile(rf'(?P<flat>(?:{_FLAT})(?:[^{{}}\[\]"]*+(?:{_FLAT}))*)'
+                    rf'|(?P<open>[{{\[](?:[^}}\]"]++|{_PLAIN_STR})*+)'
+                    rf'|(?P<close>[}}\]](?:[^{{\["]++|{_PLAIN_STR})*+)'
+                    rf'|(?P<str>{_STR})')
+_FLAT_ONE = re.compile(_FLAT)
+RUN = -1  # height recorded for a run of flat containers (each of height 1)
 _OPENER = re.compile(r"[{\[]")
+_IS_OPENER = frozenset("{[")
 _MATCH = {"}": "{", "]": "["}
 
 
@@ -50,9 +60,17 @@ def _batches(text: str, start: int, end: int, max_depth: int,
     while pos is not None:
         resume = None
         for m in _TOKEN.finditer(text, pos, end):
+            kind = m.lastgroup
+            if kind == "flat":
+                if chars:
+                    batch.append((m.start(), m.end(), RUN))
+                    if child[-1] < 1:
+                        child[-1] = 1
+                else:
+                    yield [(m.start(), m.end(), RUN)]
+                continue
             tok = m.group()
-            first = tok[0]
-            if first == '"':
+            if kind == "str":
                 if not chars:  # a quote outside any bracket is prose: look inside it for an opener
                     inner = _OPENER.search(tok)
                     if inner is not None:
@@ -60,12 +78,14 @@ def _batches(text: str, start: int, end: int, max_depth: int,
                         break
                 continue
             at = m.start()
-            if first == "{" or first == "[":
-                for k, c in enumerate(tok, at):
-                    if c == "{" or c == "[":
-                        chars.append(c)
-                        where.append(k)
-                        child.append(0)
+            if kind == "open":
+                opened = _OPENER.findall(tok)
+                chars.extend(opened)
+                if len(opened) == len(tok):
+                    where.extend(range(at, at + len(tok)))
+                else:
+                    where.extend(compress(range(at, at + len(tok)), map(_IS_OPENER.__contains__, tok)))
+                child.extend([0] * len(opened))
                 continue
             if not chars:
                 continue
@@ -98,7 +118,16 @@ def _batches(text: str, start: int, end: int, max_depth: int,
 def spans(text: str, start: int = 0, end: int | None = None, max_depth: int = MAX_DEPTH) -> list[Span]:
     """Every balanced bracket span in ``text[start:end]`` no taller than ``max_depth``, by start."""
     end = len(text) if end is None else min(end, len(text))
-    return sorted(Span(*s) for batch in _batches(text, start, end, max_depth) for s in batch)
+    return sorted(span for batch in _batches(text, start, end, max_depth) for entry in batch
+                  for span in _expand(text, entry))
+
+
+def _expand(text: str, entry: tuple[int, int, int]) -> Iterator[Span]:
+    if entry[2] != RUN:
+        yield Span(*entry)
+        return
+    for m in _FLAT_ONE.finditer(text, entry[0], entry[1]):
+        yield Span(m.start(), m.end(), 1)
 
 
 def first_span_at(text: str, at: int, end: int | None = None) -> Span | None:
@@ -109,11 +138,17 @@ def first_span_at(text: str, at: int, end: int | None = None) -> Span | None:
         return None
     depth = tallest = 0
     for m in _TOKEN.finditer(text, at, end):
-        tok = m.group()
-        first = tok[0]
-        if first == '"':
+        kind = m.lastgroup
+        if kind == "flat":
+            if depth == 0:
+                one = _FLAT_ONE.match(text, at)
+                return Span(at, one.end(), 1) if one else None
+            tallest = max(tallest, depth + 1)
             continue
-        if first == "{" or first == "[":
+        if kind == "str":
+            continue
+        tok = m.group()
+        if kind == "open":
             depth += tok.count("{") + tok.count("[")
             tallest = max(tallest, depth)
             continue
@@ -144,15 +179,16 @@ def decoded(text: str, start: int = 0, end: int | None = None, max_decodes: int 
     for batch in _batches(text, start, end, MAX_DEPTH, too_deep):
         batch.sort()
         covered_to = -1
-        for s_start, s_end, _ in batch:
-            if s_start < covered_to:
+        for entry in batch:
+            if entry[0] < covered_to:
                 continue
-            if max_decodes <= 0 or budget < s_end - s_start:
-                return out
-            max_decodes -= 1
-            budget -= s_end - s_start
-            ok, value = safe_loads(text[s_start:s_end])
-            if ok:
-                covered_to = s_end
-                out.append(Decoded(s_start, s_end, value))
+            for s_start, s_end, _ in _expand(text, entry):
+                if max_decodes <= 0 or budget < s_end - s_start:
+                    return out
+                max_decodes -= 1
+                budget -= s_end - s_start
+                ok, value = safe_loads(text[s_start:s_end])
+                if ok:
+                    covered_to = s_end
+                    out.append(Decoded(s_start, s_end, value))
     return out
