@@ -99,6 +99,11 @@ def test_hermes_several_tags_and_an_unclosed_last_tag():
     assert surfaces(text) == [S.HERMES, S.HERMES]
 
 
+def test_hermes_body_may_be_pythonic():
+    assert calls("<tool_call>[a(x=1), b()]</tool_call>") == [("a", {"x": 1}), ("b", {})]
+    assert surfaces("<tool_call>[a(x=1)]</tool_call>") == [S.PYTHONIC]
+
+
 def test_hermes_wrong_nesting_still_reads_each_body():
     text = '<tool_call><tool_call>{"name": "a", "arguments": {}}</tool_call></tool_call>'
     assert calls(text) == [("a", {})]

@@ -2,7 +2,7 @@
 
 Several tags give several calls; an unclosed last tag runs to the end of the text (generation
 often stops before the closer). A body that holds Qwen3-coder XML (``<function=...>``) is
-parsed as that format. Bodies are cut at the next opener or closer, so every character belongs
+parsed as that format, a body that is a pythonic call list as :mod:`.pythonic`. Bodies are cut at the next opener or closer, so every character belongs
 to at most one body and the whole pass is linear.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..records import SurfaceFormat
-from . import qwen_xml
+from . import pythonic, qwen_xml
 from .calls import Found, calls_from_value
 from .common import Finder, dumps, json_values, nearest
 from .limits import MAX_CALLS
@@ -34,8 +34,13 @@ def parse(text: str) -> Found | None:
         if qwen_xml.OPEN in text[start:end]:
             found.extend(qwen_xml.parse_region(text, start, end))
         else:
+            before = len(found.calls) + len(found.others)
             for value in json_values(text, start, end):
                 found.extend(calls_from_value(value, SURFACE))
+            if len(found.calls) + len(found.others) == before:
+                body, _ = pythonic.parse(text[start:end])  # ``<tool_call>[f(a=1)]</tool_call>``
+                if body is not None:
+                    found.extend(body)
         pos = opens.find(end)
     return found
 
