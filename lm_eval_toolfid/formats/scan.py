@@ -22,17 +22,28 @@ from .limits import DECODE_BUDGET, MAX_DECODES, MAX_DEPTH, safe_loads
 
 # Possessive quantifiers (Python 3.11+) keep every pattern free of backtracking.
 _STR = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"?'
+_CLOSED_STR = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'
 _PLAIN_STR = r'"[^"\\\n{}\[\]]*+(?:\\[^{}\[\]\n][^"\\\n{}\[\]]*+)*+"'  # a closed string without brackets
 _FLAT = rf'\{{(?:[^{{}}\[\]"]++|{_PLAIN_STR})*+\}}|\[(?:[^{{}}\[\]"]++|{_PLAIN_STR})*+\]'  # no brackets inside
 # A token is a run of flat containers (prose between them allowed), a run that opens (openers,
-# prose, bracket-free strings), a run that closes (closers, prose, bracket-free strings), or any
+# prose, closed strings), a run that closes (closers, prose, bracket-free strings), or any
 # other string. Runs make bombs cheap: one token, not one per bracket; a run of flat containers
 # is expanded only if decoding reaches it.
 _TOKEN = re.compile(rf'(?P<flat>(?:{_FLAT})(?:[^{{}}\[\]"]*+(?:{_FLAT}))*)'
-                    rf'|(?P<open>[{{\[](?:[^}}\]"]++|{_PLAIN_STR})*+)'
+                    rf'|(?P<open>[{{\[](?:[^}}\]"]++|{_CLOSED_STR})*+)'
                     rf'|(?P<close>[}}\]](?:[^{{\["]++|{_PLAIN_STR})*+)'
                     rf'|(?P<str>{_STR})')
 _FLAT_ONE = re.compile(_FLAT)
+_CLOSED_STR_RE = re.compile(_CLOSED_STR)
+
+
+def _blank(m: re.Match[str]) -> str:
+    return " " * (m.end() - m.start())
+
+
+def _outside_strings(tok: str) -> str:
+    """``tok`` with every closed string blanked (same length), so brackets in strings vanish."""
+    return _CLOSED_STR_RE.sub(_blank, tok) if '"' in tok else tok
 RUN = -1  # height recorded for a run of flat containers (each of height 1)
 _OPENER = re.compile(r"[{\[]")
 _IS_OPENER = frozenset("{[")
@@ -79,12 +90,13 @@ def _batches(text: str, start: int, end: int, max_depth: int,
                 continue
             at = m.start()
             if kind == "open":
-                opened = _OPENER.findall(tok)
+                bare = _outside_strings(tok)
+                opened = _OPENER.findall(bare)
                 chars.extend(opened)
                 if len(opened) == len(tok):
                     where.extend(range(at, at + len(tok)))
                 else:
-                    where.extend(compress(range(at, at + len(tok)), map(_IS_OPENER.__contains__, tok)))
+                    where.extend(compress(range(at, at + len(tok)), map(_IS_OPENER.__contains__, bare)))
                 child.extend([0] * len(opened))
                 continue
             if not chars:
@@ -149,7 +161,8 @@ def first_span_at(text: str, at: int, end: int | None = None) -> Span | None:
             continue
         tok = m.group()
         if kind == "open":
-            depth += tok.count("{") + tok.count("[")
+            bare = _outside_strings(tok)
+            depth += bare.count("{") + bare.count("[")
             tallest = max(tallest, depth)
             continue
         for k, ch in enumerate(tok, m.start()):
