@@ -159,11 +159,23 @@ class Case(BaseModel):
 
 
 class SurfaceFormat(str, Enum):
-    """Where in the text a call was found. Later formats (Hermes, Mistral, pythonic) extend this."""
+    """How a call was written: the most specific convention the parser recognised.
+
+    Marker-delimited formats (Hermes ``<tool_call>``, Mistral ``[TOOL_CALLS]``, Llama
+    ``<|python_tag|>``, Qwen3-coder ``<function=...>``) win; otherwise an object convention
+    (OpenAI ``function`` wrapper / string-encoded arguments, Llama ``"parameters"``); otherwise
+    where the JSON sat (whole text, fenced block, embedded in prose). See ``docs/formats.md``.
+    """
 
     BARE_JSON = "bare_json"
     FENCED = "fenced"
     EMBEDDED = "embedded"
+    HERMES = "hermes"
+    QWEN_XML = "qwen_xml"
+    LLAMA = "llama"
+    MISTRAL = "mistral"
+    OPENAI = "openai"
+    PYTHONIC = "pythonic"
 
 
 class ToolCall(BaseModel):
@@ -175,6 +187,8 @@ class ToolCall(BaseModel):
     arguments: Any = None
     surface: SurfaceFormat
     raw: dict[str, Any]
+    flags: tuple[str, ...] = ()
+    """Parser notes, e.g. ``arguments_string_decoded`` (arguments arrived as a JSON string)."""
 
 
 class ParsedGeneration(BaseModel):
@@ -185,6 +199,14 @@ class ParsedGeneration(BaseModel):
     calls: list[ToolCall] = Field(default_factory=list)
     saw_object_start: bool = False
     """A ``{`` appeared but nothing parsed: the text tried to be JSON and failed."""
+    malformed_formats: tuple[SurfaceFormat, ...] = ()
+    """Formats whose markers or shape appeared (``<tool_call>``, ``[TOOL_CALLS]``, ``<function=``,
+    ``f(...)``...) but yielded no call: an attempted call in that format that did not parse."""
+
+    @property
+    def malformed(self) -> bool:
+        """No call, but the text attempted one (JSON or any other format)."""
+        return not self.calls and (self.saw_object_start or bool(self.malformed_formats))
 
 
 class OutcomeKind(str, Enum):

@@ -177,9 +177,10 @@ def _score_generation(text: str, case: Case, task_allowed: Sequence[str] | None,
     expected = case.expected_calls
     has_gold_values = any(g.has_values for g in expected)
     if not parsed.calls:
-        attempted = bool(parsed.saw_object_start or getattr(parsed, "attempted", False))
+        attempted = parsed.malformed  # a broken attempt in any format (JSON, <tool_call>, [TOOL_CALLS], f(…))
+        surface = parsed.malformed_formats[0].value if parsed.malformed_formats else None
         return Outcome(kind=OutcomeKind.MALFORMED if attempted else OutcomeKind.NO_CALL, attempted=attempted,
-                       text=bounded_text(text), gold_tool=None if case.irrelevant else False,
+                       surface=surface, text=bounded_text(text), gold_tool=None if case.irrelevant else False,
                        gold_args=False if has_gold_values else None)
     calls = [score_call(c, case, task_allowed, string_arguments_valid) for c in parsed.calls]
     worst = min(calls, key=lambda c: c.kind.rank)

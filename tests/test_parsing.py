@@ -2,7 +2,8 @@
 
 import json
 
-from lm_eval_toolfid.parsing import balanced_objects, parse_calls
+from lm_eval_toolfid.formats.common import json_values
+from lm_eval_toolfid.parsing import parse_calls
 from lm_eval_toolfid.records import SurfaceFormat
 
 CALL = {"name": "get_weather", "arguments": {"city": "Paris"}}
@@ -31,7 +32,10 @@ def test_first_balanced_object_inside_prose_with_braces_in_strings():
 
 def test_prose_quotes_do_not_confuse_the_scanner():
     text = 'He said "hi {" and then {"name": "a", "arguments": {}}'
-    assert balanced_objects(text) == ['{"name": "a", "arguments": {}}']
+    # the one-pass scan is fooled by the stray '{' in quotes; the restart pass at '{"name"' is not
+    parsed = parse_calls(text)
+    assert [(c.name, c.arguments) for c in parsed.calls] == [("a", {})]
+    assert json_values('x {"a": [1, {"b": "}"}]} y [2]') == [{"a": [1, {"b": "}"}]}, [2]]
 
 
 def test_json_array_yields_several_calls():

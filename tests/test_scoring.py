@@ -18,7 +18,11 @@ def call(name="get_weather", **args):
     ("It is sunny in Paris.", OutcomeKind.NO_CALL, None),
     ('{"name": "get_weather", "arguments": {"city": "Pa', OutcomeKind.MALFORMED, None),
     ('{"tool": "get_weather", "args": {}}', OutcomeKind.WRONG_SHAPE, "name"),
-    ('{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}', OutcomeKind.WRONG_SHAPE, "arguments_string"),
+    # string-encoded arguments are decoded by the parser (and the call flagged): valid by default
+    ('{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}', OutcomeKind.VALID, None),
+    ('{"name": "get_weather", "arguments": "city=Paris"}', OutcomeKind.WRONG_SHAPE, "arguments_string"),
+    ('<tool_call>{"name": "get_weather", "arguments": {"city": "Pa</tool_call>', OutcomeKind.MALFORMED, None),
+    ('get_weather(city=__import__("os").getcwd())', OutcomeKind.MALFORMED, None),
     ('{"name": "get_weather", "arguments": [1]}', OutcomeKind.WRONG_SHAPE, "arguments"),
     ('{"name": "get_weather", "arguments": {"unit": "celsius"}}', OutcomeKind.SCHEMA_ERROR, "required"),
     ('{"name": "get_weather", "arguments": {"city": "Paris", "unit": "kelvin"}}', OutcomeKind.SCHEMA_ERROR, "enum"),

@@ -1,0 +1,60 @@
+"""JSON embedded in prose: every balanced object/array found in one linear scan.
+
+``I'll look that up. {"name": "get_weather", "arguments": {"city": "Paris"}} Done.``
+
+Call-shaped objects win over other JSON (``Using {"type": "object"} I call {...}`` finds the
+call). When the main pass finds no call (a stray quote in prose can flip the string state), a
+second pass restarts at each ``{"name"``/``{"function"``/``{"tool_calls"`` left to right; each
+restart either closes (the next one starts after it) or runs to the end (and the pass stops),
+so both passes together stay linear.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..records import SurfaceFormat
+from .calls import Found, calls_from_value
+from .common import dumps, json_values
+from .limits import MAX_DECODES, MAX_DEPTH, safe_loads
+from .scan import first_span_at
+
+SURFACE = SurfaceFormat.EMBEDDED
+_CALL_START = re.compile(r'\{\s*"(?:name|function|tool_calls)"\s*:')
+
+
+def parse(text: str, surface: SurfaceFormat = SURFACE) -> Found:
+    found = Found()
+    too_deep: list[int] = []
+    for value in json_values(text, too_deep=too_deep):
+        found.extend(calls_from_value(value, surface))
+    found.too_deep = bool(too_deep)
+    if not found.calls:
+        _restart_pass(text, surface, found)
+    return found
+
+
+def _restart_pass(text: str, surface: SurfaceFormat, found: Found) -> None:
+    after, decodes = 0, 0
+    for m in _CALL_START.finditer(text):
+        if m.start() < after:
+            continue
+        if decodes >= MAX_DECODES:
+            return
+        decodes += 1
+        span = first_span_at(text, m.start())
+        if span is None:
+            return
+        after = span.end
+        if span.height <= MAX_DEPTH:
+            ok, value = safe_loads(text[span.start:span.end])
+            if ok:
+                found.calls.extend(calls_from_value(value, surface).calls)
+
+
+def render(name: str, arguments: dict[str, Any], markers: bool = True) -> str:
+    return "I'll use a tool for this. " + dumps({"name": name, "arguments": arguments}) + " That should do it."
+
+
+RENDERERS = {"embedded": render}
