@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .calibration import (DEFAULT_ALPHA, NORM_RTOL, Calibration, NullRun, _module_pairs, _update_norm,  # noqa: F401
-                          adapter_shape, adapter_update_norm, fit, load_calibration, module_update_norms)
+                          adapter_shape, adapter_update_norm, fit, load_calibration, min_runs, module_update_norms)
 from .errors import ToolfidError
 from .fsutil import atomic_write_bytes, atomic_write_text
 from .records import Summary
@@ -513,6 +513,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         floor = " (std floored)" if f.floor_used else ""
         print(f"x{mult}: json_valid_rate null mean {f.mean:.3f} std {f.std_used:.4f}{floor}  "
               f"validity_delta mean {fits['validity_delta'].mean:+.3f}  n={f.n}")
+    k = calibration.reference_fit["json_valid_rate"].n
+    if 1.0 / (k + 1) > DEFAULT_ALPHA:
+        print(f"note: K={k} null runs per multiplier cannot show a rank p ≤ {DEFAULT_ALPHA:g}; "
+              f"use --runs ≥ {min_runs(DEFAULT_ALPHA)} for the rank p-value")
     print(f"wrote {out}")
     return 0
 

@@ -232,6 +232,8 @@ class ToolUseFidelityTask(ConfigurableTask):
         null = self.null.compare(summary, self.settings.verdict) if self.null is not None else None
         verdict = judge(summary, self.settings.verdict, null)
         self._provenance["verdict"] = verdict.model_dump(mode="json")
+        if null is not None:  # z, rank p over the null runs, K and notes (degenerate null, K too small)
+            self._provenance["null"] = null.model_dump()
         failed = [f"{g.name} {g.value:+.3f} (limit {g.op} {g.threshold:+.3f})" for g in verdict.gates if g.passed is False]
         log.info("tool_use_fidelity verdict: %s%s%s", verdict.label, f" — {'; '.join(failed)}" if failed else "",
                  f" [{'; '.join(verdict.notes)}]" if verdict.notes else "")
