@@ -91,23 +91,28 @@ def _base_dir(base: str | None, like_dir: Path, needs: str) -> Path:
 
 def _base_tensors(base_dir: Path, keys: set[str]) -> dict[str, Any]:
     """The named tensors of a base model folder (single or sharded safetensors; tied lm_head resolved)."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     files = sorted(base_dir.glob("*.safetensors"))
     if not files:
         raise ToolfidError(f"base model {base_dir} has no *.safetensors weights (needed to build null adapters)")
     index: dict[str, Path] = {}
-    for file in files:
-        with safe_open(str(file), framework="pt") as fh:
-            index.update({k: file for k in fh.keys()})
     aliases = {"lm_head.weight": "model.embed_tokens.weight"}  # tied embeddings store one of the two
     out: dict[str, Any] = {}
-    for key in sorted(keys):
-        source = key if key in index else aliases.get(key)
-        if source not in index:
-            raise ToolfidError(f"base model {base_dir} has no tensor {key}: is it the adapter's base model?")
-        with safe_open(str(index[source]), framework="pt") as fh:
-            out[key] = fh.get_tensor(source)
+    file = files[0]
+    try:
+        for file in files:
+            with safe_open(str(file), framework="pt") as fh:
+                index.update({k: file for k in fh.keys()})
+        for key in sorted(keys):
+            source = key if key in index else aliases.get(key)
+            if source not in index:
+                raise ToolfidError(f"base model {base_dir} has no tensor {key}: is it the adapter's base model?")
+            file = index[source]
+            with safe_open(str(file), framework="pt") as fh:
+                out[key] = fh.get_tensor(source)
+    except (SafetensorError, OSError) as exc:
+        raise ToolfidError(f"{file}: unreadable safetensors file ({exc})") from None
     return out
 
 

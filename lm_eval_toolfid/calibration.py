@@ -136,6 +136,8 @@ class Calibration(BaseModel):
 
     def compare(self, summary: Summary, config: VerdictConfig = VerdictConfig(),
                 alpha: float = DEFAULT_ALPHA) -> NullComparison:
+        if not 0.0 < alpha < 1.0:
+            raise ToolfidError(f"alpha must be between 0 and 1 (got {alpha})")
         key = self._fit_key(None)
         fit = self.fits[key]
         null_delta = fit["validity_delta"].mean

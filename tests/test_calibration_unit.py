@@ -415,3 +415,9 @@ def test_from_results_counts_each_null_run_once_and_skips_the_rest(real_adapter,
     assert cal.fits["1"]["json_valid_rate"].n == 3
     assert sorted(cal.fits["1"]["json_valid_rate"].values) == pytest.approx([0.0, 0.1, 0.2])
     assert load_calibration(tmp_path / "cal.json").provenance["adapter_update_norm"] > 0
+
+
+def test_alpha_outside_0_1_is_one_line():
+    cal = fit(runs([0.1, 0.3, 0.2]), {})
+    with pytest.raises(ToolfidError, match="alpha must be between 0 and 1"):
+        cal.compare(_summary(0.5), alpha=0.0)
