@@ -1,10 +1,15 @@
-"""Null calibration: what do adapters of the same shape that learned nothing score?
+"""Null calibration: what do adapters of the same shape and size that learned nothing score?
 
 A calibration file holds, per scale multiplier of the null update norm, the per-run metric
-values of K random adapters and their fitted mean/std. z-scores use the ×1 fit. When the null
-runs agree exactly (e.g. all at 0 valid) the sample std is 0; it is floored by the binomial
-standard error of the pooled rate under a Jeffreys prior, so z is always finite — the file
-records whether the floor was used.
+values of K random adapters and their fitted mean/std. The adapter is compared with the ×1 runs
+in two ways (docs/calibration.md):
+
+- z = (x − mean) / s, where s treats the adapter as one more draw from the null: the larger of
+  the runs' sample std and the binomial SE at the pooled Jeffreys rate (null alone, and null plus
+  the adapter's own cases), times √(1 + 1/K) for the uncertainty of the null mean. z is always
+  finite; a degenerate null (all runs identical) is flagged, since z then rests on the floor alone.
+- the empirical rank p-value p = (1 + #{null runs with json_valid_rate ≥ x}) / (K + 1): the chance
+  that a random adapter of this size does at least as well; its smallest value is 1/(K + 1).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from .stats import binomial_se, jeffreys_rate, sample_std
 from .verdict import NullComparison, VerdictConfig
 
 CALIBRATION_FORMAT = "toolfid-calibration/1"
+DEFAULT_ALPHA = 0.05
 REFERENCE_MULTIPLIER = 1.0
 METRICS = ("json_valid_rate", "parse_rate", "hallucination_rate", "validity_delta")
 
@@ -87,26 +93,74 @@ class Calibration(BaseModel):
 
     @property
     def reference_fit(self) -> dict[str, MetricFit]:
+        return self.fits[self._fit_key(None)]
+
+    def _runs_at(self, key: str) -> list[NullRun]:
+        return [r for r in self.runs if _mult_key(r.multiplier) == key]
+
+    def _fit_key(self, multiplier: float | None) -> str:
+        if multiplier is not None:
+            return _mult_key(multiplier)
         key = _mult_key(REFERENCE_MULTIPLIER)
-        return self.fits.get(key) or self.fits[sorted(self.fits)[0]]
+        return key if key in self.fits else sorted(self.fits, key=float)[0]
 
-    def z(self, json_valid_rate: float, multiplier: float | None = None) -> float:
-        fit = (self.fits[_mult_key(multiplier)] if multiplier is not None else self.reference_fit)["json_valid_rate"]
-        return (json_valid_rate - fit.mean) / fit.std_used
+    def z_std(self, json_valid_rate: float, multiplier: float | None = None, n: int | None = None) -> float:
+        """The spread z divides by: the adapter as one more draw from the null (see module docstring)."""
+        key = self._fit_key(multiplier)
+        fit = self.fits[key]["json_valid_rate"]
+        runs = self._runs_at(key)
+        trials = sum(r.n_cases for r in runs)
+        hits = sum(r.metrics["json_valid_rate"] * r.n_cases for r in runs)
+        n_new = n or (trials / len(runs) if runs else 1)
+        one_run = max(fit.std, fit.floor, binomial_se(jeffreys_rate(hits, trials), n_new),
+                      binomial_se(jeffreys_rate(hits + json_valid_rate * n_new, trials + n_new), n_new))
+        return one_run * math.sqrt(1.0 + 1.0 / fit.n)
 
-    def z_profile(self, json_valid_rate: float) -> dict[str, float]:
-        return {m: (json_valid_rate - f["json_valid_rate"].mean) / f["json_valid_rate"].std_used
-                for m, f in sorted(self.fits.items(), key=lambda kv: float(kv[0]))}
+    def z(self, json_valid_rate: float, multiplier: float | None = None, n: int | None = None) -> float:
+        fit = self.fits[self._fit_key(multiplier)]["json_valid_rate"]
+        return (json_valid_rate - fit.mean) / self.z_std(json_valid_rate, multiplier, n)
 
-    def compare(self, summary: Summary, config: VerdictConfig = VerdictConfig()) -> NullComparison:
-        fit = self.reference_fit
+    def z_profile(self, json_valid_rate: float, n: int | None = None) -> dict[str, float]:
+        return {m: self.z(json_valid_rate, float(m), n) for m in sorted(self.fits, key=float)}
+
+    def rank_p(self, json_valid_rate: float, multiplier: float | None = None) -> tuple[float, int]:
+        """(p, K): p = (1 + #{null runs with json_valid_rate ≥ x}) / (K + 1) — ties count against the adapter."""
+        values = self.fits[self._fit_key(multiplier)]["json_valid_rate"].values
+        at_least = sum(1 for v in values if v >= json_valid_rate - 1e-12)
+        return (1 + at_least) / (len(values) + 1), len(values)
+
+    def degenerate(self, multiplier: float | None = None) -> bool:
+        """Fewer than two null runs, or all of them scored the same: the null shows no spread of its own."""
+        values = self.fits[self._fit_key(multiplier)]["json_valid_rate"].values
+        return len(values) < 2 or max(values) == min(values)
+
+    def compare(self, summary: Summary, config: VerdictConfig = VerdictConfig(),
+                alpha: float = DEFAULT_ALPHA) -> NullComparison:
+        if not 0.0 < alpha < 1.0:
+            raise ToolfidError(f"alpha must be between 0 and 1 (got {alpha})")
+        key = self._fit_key(None)
+        fit = self.fits[key]
         null_delta = fit["validity_delta"].mean
+        x, n = summary.json_valid_rate, summary.n_relevant or None
+        p, k = self.rank_p(x)
+        degenerate = self.degenerate()
+        notes = []
+        if 1.0 / (k + 1) > alpha:
+            notes.append(f"K={k} null runs cannot show p ≤ {alpha:g}; use ≥ {min_runs(alpha)}")
+        if degenerate:
+            values = fit["json_valid_rate"].values
+            notes.append(f"null degenerate: {'the only' if k < 2 else f'all {k}'} ×{key} null run"
+                         f"{'' if k < 2 else 's'} scored {values[0]:.3f}; z rests on the binomial floor")
         return NullComparison(
-            z=self.z(summary.json_valid_rate),
+            z=self.z(x, n=n),
             null_mean=fit["json_valid_rate"].mean,
-            null_std=fit["json_valid_rate"].std_used,
+            null_std=self.z_std(x, n=n),
             informative=null_delta < config.validity_delta_floor,
             null_validity_delta=null_delta,
+            rank_p=p,
+            k=k,
+            rank_note="; ".join(notes) or None,
+            degenerate=degenerate,
         )
 
     def check_compatible(self, run_key: Any, adapter_path: str | None) -> None:
@@ -127,9 +181,23 @@ class Calibration(BaseModel):
         if prov.get("adapter_shape") != shape["hash"]:
             raise ToolfidError(f"calibration was made for an adapter of another shape "
                                f"({prov.get('adapter_shape')} ≠ {shape['hash']}: {shape['summary']})")
+        ref = prov.get("adapter_update_norm")
+        redo = f"re-run `toolfid calibrate --adapter {adapter_path}` (or make-null-adapters --like {adapter_path})"
+        if isinstance(ref, bool) or not isinstance(ref, (int, float)) or not math.isfinite(ref):
+            raise ToolfidError(f"calibration records no adapter update norm (made by an older toolfid?): {redo}")
+        norm = adapter_update_norm(adapter_path)
+        if not norms_agree(norm, float(ref)):
+            raise ToolfidError(
+                f"calibration was made for an adapter of update norm {ref:.4g}, this adapter's is {norm:.4g} "
+                f"({(norm - ref) / ref if ref else float('inf'):+.0%}; tolerance ±{NORM_RTOL:.0%}): {redo}")
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def min_runs(alpha: float) -> int:
+    """The least K whose smallest rank p-value 1/(K + 1) is ≤ alpha."""
+    return max(1, math.ceil(1.0 / alpha - 1.0 - 1e-9))
 
 
 def _mult_key(multiplier: float | None) -> str:
@@ -152,6 +220,7 @@ def fit(runs: list[NullRun], provenance: dict[str, Any]) -> Calibration:
 
 
 def load_calibration(path: str | Path) -> Calibration:
+    """A calibration file, checked whole: any defect is one line naming the file and what to do."""
     p = Path(path).expanduser()
     try:
         payload = json.loads(p.read_text(encoding="utf-8"))
@@ -162,10 +231,102 @@ def load_calibration(path: str | Path) -> Calibration:
     try:
         cal = Calibration.model_validate(payload)
     except Exception as exc:  # pydantic detail is long; one line is enough
-        raise ToolfidError(f"{p}: malformed calibration file ({str(exc).splitlines()[0]})") from None
-    if any(not math.isfinite(f.std_used) or f.std_used <= 0 for fs in cal.fits.values() for f in fs.values()):
-        raise ToolfidError(f"{p}: calibration has a non-positive std")
+        lines = str(exc).splitlines()
+        raise ToolfidError(f"{p}: malformed calibration file ({' '.join(lines[:2])}); re-run calibrate") from None
+    problem = _defect(cal)
+    if problem:
+        raise ToolfidError(f"{p}: malformed calibration file ({problem}); re-run calibrate")
     return cal
+
+
+def _defect(cal: Calibration) -> str | None:
+    """What makes a parsed calibration unusable, or None."""
+    if not cal.fits:
+        return "no fits"
+    if not cal.runs:
+        return "no null runs (K=0)"
+    for key, fits in cal.fits.items():
+        try:
+            mult = float(key)
+        except ValueError:
+            return f"multiplier {key!r} is not a number"
+        if not math.isfinite(mult) or mult <= 0:
+            return f"multiplier {key!r} is not positive"
+        missing = [m for m in METRICS if m not in fits]
+        if missing:
+            return f"×{key} lacks the {missing[0]} fit"
+        runs = [r for r in cal.runs if _mult_key(r.multiplier) == key]
+        for metric, f in fits.items():
+            where = f"×{key} {metric}"
+            if f.n < 1 or len(f.values) != f.n:
+                return f"{where}: K={f.n} with {len(f.values)} values"
+            numbers = [f.mean, f.std, f.floor, f.std_used, *f.values]
+            if not all(math.isfinite(v) for v in numbers):
+                return f"{where}: NaN or infinite mean/std/values"
+            if f.std_used <= 0:
+                return f"{where}: non-positive std"
+        if len(runs) != fits["json_valid_rate"].n:
+            return f"×{key}: {len(runs)} null runs listed for K={fits['json_valid_rate'].n}"
+    for r in cal.runs:
+        if r.n_cases < 1:
+            return f"null run {r.name} has n_cases={r.n_cases}"
+        if "json_valid_rate" not in r.metrics or not math.isfinite(r.metrics["json_valid_rate"]):
+            return f"null run {r.name} has no finite json_valid_rate"
+    return None
+
+
+NORM_RTOL = 0.10
+"""Relative tolerance on the adapter's total update norm when a calibration is reused."""
+
+_PAIR_TAGS = ((".lora_A.", ".lora_B."), (".lora_embedding_A", ".lora_embedding_B"))
+
+
+def _module_pairs(state: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """module prefix → (A key, B key) for LoRA and embedding-LoRA weights."""
+    pairs: dict[str, tuple[str, str]] = {}
+    for key in sorted(state):
+        for a_tag, b_tag in _PAIR_TAGS:
+            if a_tag in key:
+                prefix = key.split(a_tag)[0]
+                b_key = key.replace(a_tag, b_tag)
+                if b_key not in state:
+                    raise ToolfidError(f"adapter weights have {key} without its {b_tag.strip('.')} partner")
+                pairs[prefix] = (key, b_key)
+    if not pairs:
+        raise ToolfidError("adapter has no LoRA A/B weight pairs (only LoRA adapters can be calibrated)")
+    return pairs
+
+
+def _update_norm(a: Any, b: Any) -> float:
+    """‖B·A‖_F computed through r×r matrices: tr((BᵀB)(AAᵀ))."""
+    a64, b64 = a.double(), b.double()
+    return float(((b64.T @ b64) * (a64 @ a64.T)).sum().clamp_min(0).sqrt())
+
+
+def module_update_norms(state: dict[str, Any]) -> dict[str, float]:
+    """module prefix → ‖B·A‖_F of the real adapter's LoRA update (scaling α/r left out: same shape, same α/r)."""
+    return {prefix: _update_norm(state[a], state[b]) for prefix, (a, b) in _module_pairs(state).items()}
+
+
+def adapter_update_norm(adapter_dir: str | Path) -> float:
+    """The adapter's total LoRA update norm Σ_modules ‖B·A‖_F, read from adapter_model.safetensors."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    weights = Path(adapter_dir).expanduser() / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise ToolfidError(f"{weights.parent}: no adapter_model.safetensors (its update norm is needed to use a calibration)")
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ToolfidError(f"{weights}: unreadable safetensors file ({exc})") from None
+    return sum(module_update_norms(state).values())
+
+
+def norms_agree(a: float, b: float, rtol: float = NORM_RTOL) -> bool:
+    return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-12)
+
+
 
 
 # --- adapter shape -------------------------------------------------------------------------

@@ -75,6 +75,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if len(shapes) > 1:
             raise ToolfidError("--null-runs calibrates one adapter shape; these adapters differ in shape: "
                                "calibrate them in separate runs")
+        from .calibration import adapter_update_norm, norms_agree
+        norms = {name: adapter_update_norm(p) for name, p in adapters.items()}
+        first_norm = next(iter(norms.values()))
+        if not all(norms_agree(first_norm, v) for v in norms.values()):
+            raise ToolfidError("--null-runs calibrates one adapter update norm; these adapters differ ("
+                               + ", ".join(f"{k} {v:.3g}" for k, v in norms.items()) + "): run each with --null-runs")
         first = next(iter(adapters.values()))
         session = ModelSession(args.base, first, batch_size=args.batch_size)
         base_view = evaluate_base(session, args.task, metadata, out_dir)

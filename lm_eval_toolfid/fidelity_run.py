@@ -147,7 +147,9 @@ class FidelityRun:
                                                   "cases scored (run the base on at least these cases)")
             if self.calibration is not None:
                 null = self.calibration.compare(summary, self.settings.verdict)
-                self.provenance["z_profile"] = self.calibration.z_profile(summary.json_valid_rate)
+                self.provenance["null"] = null.model_dump()  # z, rank p over the nulls, K, notes
+                self.provenance["z_profile"] = self.calibration.z_profile(summary.json_valid_rate,
+                                                                          n=summary.n_relevant or None)
             verdict = judge(summary, self.settings.verdict, null)
             self.provenance["verdict"] = verdict.as_record()
             log.warning("tool_use_fidelity verdict: %s — %s%s", verdict.label, verdict.reason,

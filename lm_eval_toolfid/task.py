@@ -168,7 +168,7 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     def _z(self, items: list[int]) -> float:
         assert self.run.calibration is not None
-        return self.run.calibration.z(mean(items))
+        return self.run.calibration.z(mean(items), n=len(items))
 
     def aggregation(self) -> dict[str, Callable[[list[Any]], Any]]:
         aggs: dict[str, Callable[[list[Any]], Any]] = {

@@ -62,6 +62,14 @@ class NullComparison(BaseModel):
     null_std: float
     informative: bool
     null_validity_delta: float
+    rank_p: float | None = None
+    """Empirical rank p-value over the ×1 null runs: (1 + #{nulls with json_valid_rate ≥ the adapter's}) / (K + 1)."""
+    k: int = 0
+    """Number of ×1 null runs (the smallest possible rank_p is 1/(K + 1))."""
+    rank_note: str | None = None
+    """Why rank_p (or z) is weak: K too small for alpha, or a degenerate null."""
+    degenerate: bool = False
+    """All ×1 null runs scored the same (or K < 2): z rests on the binomial floor alone."""
 
 
 class Gate(BaseModel):

@@ -11,7 +11,7 @@ import pytest
 
 from lm_eval_toolfid.bundled import fixture_paths
 from lm_eval_toolfid.calibrate import calibrate_from_results, calibrate_in_process, score_results
-from lm_eval_toolfid.calibration import load_calibration
+from lm_eval_toolfid.calibration import adapter_update_norm, load_calibration
 from lm_eval_toolfid.errors import ToolfidError
 from lm_eval_toolfid.runner import run_views
 
@@ -42,6 +42,7 @@ def test_in_process_calibration_fits_every_metric(calibrated):
         assert f.n == K and len(f.values) == K and f.std_used > 0 and math.isfinite(f.std_used)
     prov = cal.provenance
     assert prov["case_set"] and prov["base"]["fingerprint"] and prov["adapter_shape"] and prov["seeds"] == [11]
+    assert prov["adapter_update_norm"] == pytest.approx(adapter_update_norm(FIX["adapters"]["faithful"]))
     assert set(prov["versions"]) >= {"torch", "transformers", "peft", "lm_eval"}
 
 
@@ -53,16 +54,19 @@ def test_same_seed_gives_a_byte_identical_file(calibrated, tmp_path):
     assert again.read_bytes() == out.read_bytes()
 
 
-def test_z_scores_separate_faithful_from_broken(calibrated, tmp_path):
+def test_z_and_rank_p_in_a_real_run(calibrated, tmp_path):
     _, out = calibrated
-    adapters = {"faithful": FIX["adapters"]["faithful"], "broken": FIX["adapters"]["broken"],
-                "hallucinating": FIX["adapters"]["hallucinating"]}
-    _, views = run_views(FIX["base"], adapters, FIXTURE_TASK, {"calibration": str(out)}, out_dir=tmp_path)
-    z = {v.label: metrics(v.results)["json_valid_z"] for v in views}
-    assert all(math.isfinite(x) for x in z.values()), z
-    assert z["faithful"] > z["broken"] + 3, z
-    meta = toolfid_meta(views[0].results)
-    assert "1" in meta["z_profile"]
+    cal = load_calibration(out)
+    _, views = run_views(FIX["base"], {"faithful": FIX["adapters"]["faithful"]}, FIXTURE_TASK,
+                         {"calibration": str(out)}, out_dir=tmp_path)
+    m, meta = metrics(views[0].results), toolfid_meta(views[0].results)
+    assert math.isfinite(m["json_valid_z"]) and "1" in meta["z_profile"]
+    null = meta["null"]
+    values = cal.fits["1"]["json_valid_rate"].values
+    assert null["k"] == K and null["rank_p"] == pytest.approx(
+        (1 + sum(v >= m["json_valid_rate"] for v in values)) / (K + 1))
+    assert f"K={K} null runs cannot show p ≤ 0.05" in null["rank_note"]
+    assert null["z"] == pytest.approx(m["json_valid_z"])
 
 
 def test_from_results_agrees_with_in_process(calibrated, tmp_path):
@@ -72,7 +76,19 @@ def test_from_results_agrees_with_in_process(calibrated, tmp_path):
     for null in nulls:
         proc = lm_eval_cli(f"pretrained={FIX['base']},peft={null}", tmp_path / null.name, home)
         assert proc.returncode == 0, proc.stderr[-2000:]
-    post = calibrate_from_results([str(tmp_path)], tmp_path / "post.json", FIXTURE_TASK)
+    # toolfid score on a null's own results (same norm as the real adapter: compatible); input untouched
+    results_file = sorted((tmp_path / nulls[0].name).rglob("results_*.json"))[-1]
+    before = results_file.read_bytes()
+    cli = subprocess.run([str(BIN / "toolfid"), "score", str(results_file), "--calibration", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    assert results_file.read_bytes() == before
+    scored = json.loads(results_file.with_name(results_file.stem + ".scored.json").read_text())["toolfid_score"]
+    assert math.isfinite(scored["json_valid_z"]) and scored["null"]["k"] == K
+    assert scored["json_valid_rank_p"] >= 1 / (K + 1)
+    # overlapping paths and the .scored.json beside the runs change nothing
+    post = calibrate_from_results([str(tmp_path), str(results_file), str(tmp_path / nulls[1].name)],
+                                  tmp_path / "post.json", FIXTURE_TASK)
     live = load_calibration(out)
     assert post.fits == live.fits
     assert [r.model_dump() for r in post.runs] == [r.model_dump() for r in live.runs]
@@ -92,19 +108,17 @@ def test_calibration_is_refused_for_another_case_set_or_base(calibrated, tmp_pat
         run_views(str(other_base), {"f": FIX["adapters"]["faithful"]}, FIXTURE_TASK, {"calibration": str(out)})
 
 
-def test_score_adds_z_to_existing_results_without_overwriting(calibrated, tmp_path):
+def test_score_refuses_a_calibration_made_for_another_update_norm(calibrated, tmp_path):
     root, out = calibrated
     proc = lm_eval_cli(f"pretrained={FIX['base']},peft={FIX['adapters']['broken']}", tmp_path / "r", root / "home")
     assert proc.returncode == 0, proc.stderr[-2000:]
     results_file = sorted((tmp_path / "r").rglob("results_*.json"))[-1]
-    before = results_file.read_bytes()
+    # broken has the faithful adapter's shape but another update norm: the faithful calibration does not fit it
     cli = subprocess.run([str(BIN / "toolfid"), "score", str(results_file), "--calibration", str(out)],
                          capture_output=True, text=True, timeout=300)
-    assert cli.returncode == 0, cli.stderr
-    assert results_file.read_bytes() == before
-    scored = json.loads(results_file.with_name(results_file.stem + ".scored.json").read_text())
-    assert math.isfinite(scored["toolfid_score"]["json_valid_z"])
-    assert scored["toolfid_score"]["verdict"]["passed"] is False
+    assert cli.returncode != 0
+    assert cli.stderr.count("\n") == 1 and "update norm" in cli.stderr and "calibrate --adapter" in cli.stderr
+    assert not results_file.with_name(results_file.stem + ".scored.json").exists()
     # a calibration file for another case set is refused in one line
     bad = json.loads(out.read_text())
     bad["provenance"]["case_set"] = "0000"
@@ -117,15 +131,21 @@ def test_toolfid_run_with_null_runs_calibrates_and_scores_in_one_go(tmp_path):
     import os
 
     env = dict(os.environ, TOOLFID_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1")
-    proc = subprocess.run([str(BIN / "toolfid"), "run", "--base", FIX["base"], "--task", FIXTURE_TASK,
-                           "--adapter", f"faithful={FIX['adapters']['faithful']}",
-                           "--adapter", f"broken={FIX['adapters']['broken']}",
-                           "--null-runs", "1", "--seed", "3", "--output", str(tmp_path / "out"), "--json"],
+    cmd = [str(BIN / "toolfid"), "run", "--base", FIX["base"], "--task", FIXTURE_TASK,
+           "--null-runs", "1", "--seed", "3", "--output", str(tmp_path / "out"), "--json"]
+    # one calibration serves one update norm: two adapters of different norms are refused before any model loads
+    both = subprocess.run(cmd + ["--adapter", f"faithful={FIX['adapters']['faithful']}",
+                                 "--adapter", f"broken={FIX['adapters']['broken']}"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert both.returncode == 2 and "differ (faithful" in both.stderr, both.stderr[-2000:]
+    proc = subprocess.run(cmd + ["--adapter", f"broken={FIX['adapters']['broken']}"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
-    z = {name: a["metrics"]["json_valid_z"] for name, a in report["adapters"].items()}
-    assert all(math.isfinite(v) for v in z.values()) and z["faithful"] > z["broken"]
+    broken = report["adapters"]["broken"]
+    assert math.isfinite(broken["metrics"]["json_valid_z"])
     cal = load_calibration(tmp_path / "out" / "calibration.json")
     assert set(cal.fits) == {"0.5", "1", "2"} and all(f["json_valid_rate"].n == 1 for f in cal.fits.values())
-    assert report["adapters"]["broken"]["verdict"]["passed"] is False
+    assert cal.provenance["adapter_update_norm"] == pytest.approx(adapter_update_norm(FIX["adapters"]["broken"]))
+    assert broken["null"]["k"] == 1 and broken["null"]["degenerate"] and "K=1" in broken["null"]["rank_note"]
+    assert broken["verdict"]["passed"] is False
