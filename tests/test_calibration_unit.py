@@ -276,8 +276,8 @@ def test_null_markers_record_the_real_update_norm(real_adapter, tmp_path):
 
 def _summary(rate, n=50):
     from lm_eval_toolfid.records import Summary
-    return Summary(n=n, json_valid_rate=rate, parse_rate=rate, hallucination_rate=0.0, n_valid=round(rate * n),
-                   outcome_counts={})
+    return Summary(n=n, n_relevant=n, metrics={"json_valid_rate": rate, "parse_rate": rate,
+                                               "hallucination_rate": 0.0}, outcome_counts={})
 
 
 def test_rank_p_counts_nulls_at_or_above_the_adapter():
