@@ -115,7 +115,7 @@ def test_hermes_with_broken_json_is_a_malformed_attempt_not_wrong_shape():
         parsed = parse_calls(text)
         assert parsed.calls == [] and parsed.malformed and S.HERMES in parsed.malformed_formats, text
         outcome = score_generation(text, make_case())
-        assert outcome.kind is OutcomeKind.MALFORMED and outcome.surface is S.HERMES
+        assert outcome.kind is OutcomeKind.MALFORMED and outcome.surface == S.HERMES
 
 
 def test_qwen_xml_values_are_json_when_they_parse():
