@@ -24,7 +24,7 @@ PAIRED = {"json_valid_rate", "parse_rate", "base_json_valid_rate", "validity_del
           "validity_mcnemar_p", "hallucination_delta", "base_hallucination_rate", "identical_output_rate",
           "gold_tool_rate", "base_gold_tool_rate"}
 # present only when some case is in their denominator (e.g. arg_disagreement needs a case valid in both views)
-WHEN_DEFINED = {"hallucination_rate", "name_hallucination_rate", "arg_disagreement", "tool_choice_change_rate"}
+WHEN_DEFINED = {"hallucination_rate", "name_hallucination_rate", "arg_disagreement"}
 
 
 @pytest.fixture(scope="module")
