@@ -8,7 +8,7 @@ error instead of a silent default.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -26,6 +26,8 @@ class TaskSettings(BaseModel):
     base_samples: str | None = None
     calibration: str | None = None
     write_reference: bool = True
+    prompt_style: Literal["plain", "chat", "raw"] = "plain"
+    system_prompt: str | None = None
     verdict: VerdictConfig = VerdictConfig()
     model_args: dict[str, Any] = Field(default_factory=dict)
     raw: dict[str, Any] = Field(default_factory=dict)
@@ -41,7 +43,8 @@ class TaskSettings(BaseModel):
     @classmethod
     def from_metadata(cls, metadata: dict[str, Any]) -> TaskSettings:
         known = {k: metadata[k] for k in ("cases", "demos", "allowed_tools", "base_samples", "calibration",
-                                            "write_reference") if metadata.get(k) is not None}
+                                            "write_reference", "prompt_style", "system_prompt")
+                 if metadata.get(k) is not None}
         try:
             return cls(**known, verdict=VerdictConfig.from_metadata(metadata), model_args=dict(metadata),
                        raw=dict(metadata))
@@ -52,7 +55,9 @@ class TaskSettings(BaseModel):
 
     @property
     def prompt(self) -> PromptSettings:
-        return PromptSettings(demos=self.demos)
+        """Plain/raw settings; the chat style's template hash is added by :class:`prompting.Prompter`."""
+        return PromptSettings(demos=self.demos, style=self.prompt_style,
+                              system_prompt=self.system_prompt if self.prompt_style == "chat" else None)
 
     @property
     def adapter_path(self) -> str | None:

@@ -29,7 +29,7 @@ from .pairing import (
     reference_from_samples,
     write_reference,
 )
-from .prompting import render_call, render_prompt
+from .prompting import Prompter, render_call
 from .records import Case, Outcome, PairScore
 from .scoring import arg_disagreement, hallucination_item, hallucination_rate, pair, score_generation, summarize
 from .settings import TaskSettings
@@ -94,8 +94,33 @@ class ToolUseFidelityTask(ConfigurableTask):
     def case_of(self, doc: dict[str, Any]) -> Case:
         return self.cases[str(doc["id"])]
 
+    @cached_property
+    def prompter(self) -> Prompter:
+        """The prompt style (plain/chat/raw); the chat style loads the model's chat template once."""
+        try:
+            return Prompter(self.settings.prompt_style, self.settings.demos, self.settings.system_prompt,
+                            self.settings.model_args)
+        except ToolfidError as exc:
+            raise _fail(exc) from None
+
     def doc_to_text(self, doc: dict[str, Any], doc_to_text: Any = None) -> str:
-        return render_prompt(self.case_of(doc), self.settings.prompt)
+        try:
+            return self.prompter.render(self.case_of(doc))
+        except ToolfidError as exc:
+            raise _fail(exc) from None
+
+    def fewshot_context(self, doc: dict[str, Any], num_fewshot: int, *args: Any, **kwargs: Any) -> Any:
+        """The chat style renders the model's template itself (with per-case tools); lm-eval's
+        ``--apply_chat_template`` would wrap that text in the template a second time, so for this
+        style the task's rendering wins and lm-eval's is skipped (said once, as a warning)."""
+        if self.settings.prompt_style == "chat":
+            if kwargs.get("apply_chat_template") and not getattr(self, "_warned_double_template", False):
+                self._warned_double_template = True
+                log.warning("tool_use_fidelity: prompt_style chat renders the chat template itself, with each "
+                            "case's tools; lm-eval's --apply_chat_template is ignored for this task (it passes "
+                            "no tools and would wrap the rendered prompt a second time)")
+            return self.doc_to_text(doc)
+        return super().fewshot_context(doc, num_fewshot, *args, **kwargs)
 
     def doc_to_target(self, doc: dict[str, Any], doc_to_target: Any = None) -> str:
         case = self.case_of(doc)
@@ -127,7 +152,7 @@ class ToolUseFidelityTask(ConfigurableTask):
             base = base_identity(self.settings.model_args)
         except ToolfidError as exc:
             raise _fail(exc) from None
-        return RunKey(base=base, case_set=self.case_set_hash, prompt=self.settings.prompt.fingerprint(),
+        return RunKey(base=base, case_set=self.case_set_hash, prompt=self.prompter.settings.fingerprint(),
                       generation=json.loads(json.dumps(gen, sort_keys=True, default=str)))
 
     def _resolve_pairing(self) -> None:
@@ -268,7 +293,8 @@ class ToolUseFidelityTask(ConfigurableTask):
         self._provenance.update(
             case_set=getattr(self, "case_set_hash", None),
             n_cases=len(getattr(self, "cases", {})),
-            prompt=self.settings.prompt.fingerprint(),
+            prompt=self.prompter.settings.fingerprint(),
+            **self.prompter.provenance(),
             adapter=self.settings.adapter_path,
             calibration=self.settings.calibration,
             verdict_config=self.settings.verdict.model_dump(),
