@@ -1,0 +1,3 @@
+"""placeholder"""
+def add_check_command(sub):
+    pass
