@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import shutil
 from pathlib import Path
@@ -148,3 +149,18 @@ def test_chat_run_shows_the_tools_and_pairs_base_and_adapter(tmp_path):
     assert meta_ft["pairing"].startswith("reference store"), meta_ft["pairing"]
     assert meta_ft["prompt"] == meta_base["prompt"] and meta_ft["chat_template_sha"] == meta_base["chat_template_sha"]
     assert all(s["fidelity_pass"]["base"] is not None for s in samples)
+
+
+SMOLLM2 = Path(os.environ.get("TOOLFID_SMOLLM2",
+                              Path.home() / ".cache" / "lm_eval_toolfid" / "models" / "smollm2-135m-instruct"))
+
+
+@pytest.mark.skipif(not (SMOLLM2 / "tokenizer_config.json").is_file(), reason="SmolLM2 not set up (scripts/setup.sh)")
+def test_real_smollm2_template_ignores_tools_so_they_go_in_the_system_message():
+    prompter = Prompter("chat", demos=0, model_args={"pretrained": str(SMOLLM2)})
+    assert prompter.provenance()["chat_tools_in"] == "system"
+    case = make_case()
+    text = prompter.render(case)
+    system = text.split("<|im_start|>user")[0]
+    assert "get_weather" in system and "get_time" in system and "You can call these tools" in system
+    assert text.endswith(f"{case.prompt}<|im_end|>\n<|im_start|>assistant\n")
