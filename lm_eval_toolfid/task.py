@@ -119,6 +119,10 @@ class ToolUseFidelityTask(ConfigurableTask):
                 log.warning("tool_use_fidelity: prompt_style chat renders the chat template itself, with each "
                             "case's tools; lm-eval's --apply_chat_template is ignored for this task (it passes "
                             "no tools and would wrap the rendered prompt a second time)")
+            if kwargs.get("system_instruction") and not getattr(self, "_warned_system_instruction", False):
+                self._warned_system_instruction = True
+                log.warning("tool_use_fidelity: prompt_style chat does not use lm-eval's --system_instruction; "
+                            "pass --metadata '{\"system_prompt\": ...}' instead")
             return self.doc_to_text(doc)
         return super().fewshot_context(doc, num_fewshot, *args, **kwargs)
 
