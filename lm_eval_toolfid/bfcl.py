@@ -184,14 +184,31 @@ def write_cases(cases: list[dict[str, Any]], output: str | Path) -> Path:
     return atomic_write_text(Path(output).expanduser(), text)
 
 
+def _answers_for(questions: list[str], answers: list[str]) -> list[Path | None]:
+    """Pair each questions file with its answers file: by file name (answers may be files or the
+    ``possible_answer`` folder); a single questions file takes a single answers file whatever its name."""
+    if len(questions) == 1 and len(answers) == 1 and Path(answers[0]).is_file():
+        return [Path(answers[0])]
+    by_name: dict[str, Path] = {}
+    for spec in answers:
+        path = Path(spec).expanduser()
+        if path.is_dir():
+            by_name.update({p.name: p for p in sorted(path.glob("*.json*"))})
+        elif path.is_file():
+            by_name[path.name] = path
+        else:
+            raise ToolfidError(f"--answers {spec}: no such file or folder")
+    used = [by_name.get(Path(q).name) for q in questions]
+    unused = set(by_name.values()) - set(used)
+    if unused and not any(Path(a).is_dir() for a in answers):
+        raise ToolfidError(f"--answers {sorted(unused)[0]} matches no questions file by name")
+    return used
+
+
 def cmd_import_bfcl(args: argparse.Namespace) -> int:
     cases = []
-    answers = list(args.answers or [])
-    if answers and len(answers) != len(args.questions):
-        raise ToolfidError("give one --answers file per questions file, in the same order (or none)")
-    for i, qfile in enumerate(args.questions):
-        cases += convert(qfile, answers[i] if answers else None, names_only=args.names_only,
-                         category=args.category)
+    for qfile, afile in zip(args.questions, _answers_for(args.questions, list(args.answers or []))):
+        cases += convert(qfile, afile, names_only=args.names_only, category=args.category)
     ids = [c["id"] for c in cases]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -209,7 +226,8 @@ def add_import_bfcl_command(sub: Any) -> None:
     p = sub.add_parser("import-bfcl", help="convert BFCL single-turn question/answer files into a case file")
     p.add_argument("questions", nargs="+", help="BFCL question file(s), BFCL_v<N>_<category>.json")
     p.add_argument("--answers", action="append",
-                   help="the matching possible_answer file (repeat once per questions file, same order)")
+                   help="answers file(s) (repeatable), matched to questions files by file name, or the "
+                        "possible_answer folder")
     p.add_argument("--output", "-o", required=True, help="case file to write (JSONL)")
     p.add_argument("--names-only", action="store_true",
                    help="gold calls by name only (no argument options); without --answers, single-function "

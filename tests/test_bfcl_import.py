@@ -190,3 +190,14 @@ def test_problems_are_one_line_with_file_and_line(tmp_path, capsys):
     assert cli.main(["import-bfcl", str(q), "--output", str(tmp_path / "o.jsonl")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs its answers file" in err and not (tmp_path / "o.jsonl").exists()
+
+
+def test_several_files_with_the_answers_folder(tmp_path, capsys):
+    out = tmp_path / "mix.jsonl"
+    names = ["BFCL_v4_parallel.json", "BFCL_v4_irrelevance.json"]
+    assert cli.main(["import-bfcl", *(str(BFCL / n) for n in names), "--answers", str(BFCL / "possible_answer"),
+                     "-o", str(out)]) == 0
+    cases = load_cases(out)
+    assert {c.category for c in cases} == {"parallel", "irrelevance"}
+    assert len(cases) == sum(len(_lines(BFCL / n)) for n in names)
+    assert "wrote" in capsys.readouterr().out
