@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 from .errors import ToolfidError
@@ -105,9 +106,18 @@ class ChatPrompter:
                         self.tools_in, self.tools_in)
 
     @classmethod
-    def from_model_args(cls, model_args: dict[str, Any]) -> ChatPrompter:
+    def from_model_args(cls, model_args: dict[str, Any], template_file: str | None = None) -> ChatPrompter:
+        """The model's tokenizer; ``template_file`` (a Jinja file) replaces its chat template."""
         tok = load_tokenizer(model_args)
-        return cls(tok, str(model_args.get("tokenizer") or model_args.get("pretrained")))
+        source = str(model_args.get("tokenizer") or model_args.get("pretrained"))
+        if template_file:
+            path = Path(template_file).expanduser()
+            try:
+                tok.chat_template = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ToolfidError(f"chat_template {path}: cannot read the Jinja file ({exc})") from None
+            source = f"{source} with chat_template {path}"
+        return cls(tok, source)
 
     def _apply(self, messages: list[dict[str, str]], tools: list[ToolSpec] | None) -> str:
         kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": False}

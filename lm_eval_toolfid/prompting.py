@@ -161,14 +161,14 @@ class Prompter:
     chat style, the loaded chat template. Built once per run from the task settings."""
 
     def __init__(self, style: str = "plain", demos: int = 2, system_prompt: str | None = None,
-                 model_args: dict[str, Any] | None = None) -> None:
+                 model_args: dict[str, Any] | None = None, chat_template: str | None = None) -> None:
         if style not in PROMPT_STYLES:
             raise ToolfidError(f"unknown prompt_style {style!r}; use one of {', '.join(PROMPT_STYLES)}")
         self.chat: ChatPrompter | None = None
         if style == "chat":
             from .chat import ChatPrompter
 
-            self.chat = ChatPrompter.from_model_args(model_args or {})
+            self.chat = ChatPrompter.from_model_args(model_args or {}, chat_template)
         self.settings = PromptSettings(demos=demos, style=style,
                                        system_prompt=system_prompt if style == "chat" else None,
                                        chat_template_sha=self.chat.sha if self.chat else None)

@@ -28,6 +28,7 @@ class TaskSettings(BaseModel):
     write_reference: bool = True
     prompt_style: Literal["plain", "chat", "raw"] = "plain"
     system_prompt: str | None = None
+    chat_template: str | None = None
     verdict: VerdictConfig = VerdictConfig()
     model_args: dict[str, Any] = Field(default_factory=dict)
     raw: dict[str, Any] = Field(default_factory=dict)
@@ -43,7 +44,7 @@ class TaskSettings(BaseModel):
     @classmethod
     def from_metadata(cls, metadata: dict[str, Any]) -> TaskSettings:
         known = {k: metadata[k] for k in ("cases", "demos", "allowed_tools", "base_samples", "calibration",
-                                            "write_reference", "prompt_style", "system_prompt")
+                                            "write_reference", "prompt_style", "system_prompt", "chat_template")
                  if metadata.get(k) is not None}
         try:
             return cls(**known, verdict=VerdictConfig.from_metadata(metadata), model_args=dict(metadata),

@@ -99,7 +99,7 @@ class ToolUseFidelityTask(ConfigurableTask):
         """The prompt style (plain/chat/raw); the chat style loads the model's chat template once."""
         try:
             return Prompter(self.settings.prompt_style, self.settings.demos, self.settings.system_prompt,
-                            self.settings.model_args)
+                            self.settings.model_args, self.settings.chat_template)
         except ToolfidError as exc:
             raise _fail(exc) from None
 

@@ -103,6 +103,19 @@ def test_template_hash_is_part_of_the_fingerprint(tmp_path):
     assert PromptSettings(demos=0).fingerprint() not in (a.settings.fingerprint(), b.settings.fingerprint())
 
 
+def test_a_chat_template_file_replaces_the_models(tmp_path):
+    base = chat_base(tmp_path, IGNORES_TOOLS)
+    jinja = tmp_path / "hermes.jinja"
+    jinja.write_text(HERMES)
+    own = Prompter("chat", demos=0, model_args={"pretrained": str(base)})
+    replaced = Prompter("chat", demos=0, model_args={"pretrained": str(base)}, chat_template=str(jinja))
+    assert own.provenance()["chat_tools_in"] == "system" and replaced.provenance()["chat_tools_in"] == "template"
+    assert replaced.settings.chat_template_sha == hashlib.sha256(HERMES.encode()).hexdigest()
+    assert "<tools>" in replaced.render(make_case())
+    with pytest.raises(ToolfidError, match="cannot read the Jinja file"):
+        Prompter("chat", model_args={"pretrained": str(base)}, chat_template=str(tmp_path / "nope.jinja"))
+
+
 def test_chat_style_errors_are_one_line(tmp_path):
     with pytest.raises(ToolfidError, match="has no chat template"):
         Prompter("chat", model_args={"pretrained": str(chat_base(tmp_path, None))})
