@@ -190,6 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .calibrate import add_calibration_commands
 
     add_calibration_commands(sub)
+    from .bfcl import add_import_bfcl_command  # realcalls: toolfid import-bfcl
+    from .check import add_check_command  # realcalls: toolfid check
+
+    add_import_bfcl_command(sub)
+    add_check_command(sub)
     return parser
 
 

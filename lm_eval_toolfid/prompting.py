@@ -1,8 +1,11 @@
-"""The plain-text prompt: an instruction, demonstrations, then the case's tools and request.
+"""Prompts. Three styles (``PromptSettings.style``), dispatched by :func:`render_prompt`:
 
-Works for base (non-chat) models: each block lists the tools offered, the request, and a
-``### Call`` line the model completes with one JSON call. Demonstrations use tools that the
-case does not offer, so they teach the format without leaking the answer.
+- ``plain`` (default): an instruction, demonstrations, then the case's tools and request. Works for
+  base (non-chat) models: each block lists the tools offered, the request, and a ``### Call`` line
+  the model completes with one JSON call. Demonstrations use tools that the case does not offer,
+  so they teach the format without leaking the answer.
+- ``chat``: the model's own chat template with the case's tools (see :mod:`lm_eval_toolfid.chat`).
+- ``raw``: the bare request text only, as the original design did.
 """
 
 from __future__ import annotations
@@ -10,9 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .errors import ToolfidError
 from .records import Case, ToolSpec
+
+if TYPE_CHECKING:
+    from .chat import ChatPrompter
 
 TEMPLATE_VERSION = "plain-v1"
 
@@ -24,6 +31,8 @@ INSTRUCTION = (
 
 STOP_SEQUENCES = ["\n###"]
 
+PROMPT_STYLES = ("plain", "chat", "raw")
+
 
 @dataclass(frozen=True)
 class PromptSettings:
@@ -32,9 +41,18 @@ class PromptSettings:
     demos: int = 2
     instruction: str = INSTRUCTION
     template: str = TEMPLATE_VERSION
+    style: str = "plain"
+    system_prompt: str | None = None
+    """Chat style only: a system message in front of the conversation."""
+    chat_template_sha: str | None = None
+    """Chat style only: sha256 of the tokenizer's chat template (a changed template never pairs)."""
 
     def fingerprint(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        data = asdict(self)
+        for key, default in (("style", "plain"), ("system_prompt", None), ("chat_template_sha", None)):
+            if data[key] == default:  # plain runs keep the fingerprint they had before styles existed
+                del data[key]
+        blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -111,8 +129,22 @@ def pick_demos(case: Case, n: int) -> list[tuple[list[ToolSpec], str, dict[str, 
     return rotated[: min(n, len(rotated))]
 
 
-def render_prompt(case: Case, settings: PromptSettings = PromptSettings()) -> str:
-    """The full prompt for a case: instruction, demos, then the open block."""
+def render_prompt(case: Case, settings: PromptSettings = PromptSettings(),
+                  chat: ChatPrompter | None = None) -> str:
+    """The full prompt for a case in the settings' style (``chat`` needs the model's :class:`ChatPrompter`)."""
+    if settings.style == "raw":
+        return case.prompt
+    if settings.style == "chat":
+        if chat is None:
+            raise ToolfidError("prompt_style chat needs the model's chat template (a ChatPrompter)")
+        return chat.render(case, pick_demos(case, settings.demos), settings.system_prompt)
+    if settings.style != "plain":
+        raise ToolfidError(f"unknown prompt_style {settings.style!r}; use one of {', '.join(PROMPT_STYLES)}")
+    return render_plain(case, settings)
+
+
+def render_plain(case: Case, settings: PromptSettings = PromptSettings()) -> str:
+    """The plain prompt: instruction, demos, then the open block."""
     parts = [settings.instruction + "\n\n"] if settings.instruction else []
     parts += [render_block(tools, req, call) + "\n" for tools, req, call in pick_demos(case, settings.demos)]
     parts.append(render_block(case.tools, case.prompt))
@@ -122,3 +154,31 @@ def render_prompt(case: Case, settings: PromptSettings = PromptSettings()) -> st
 def render_call(name: str, arguments: dict[str, Any]) -> str:
     """A call exactly as the demonstrations write it (used by fixture training data)."""
     return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+
+
+class Prompter:
+    """What the task renders with: the prompt settings (chat template hash included) and, for the
+    chat style, the loaded chat template. Built once per run from the task settings."""
+
+    def __init__(self, style: str = "plain", demos: int = 2, system_prompt: str | None = None,
+                 model_args: dict[str, Any] | None = None, chat_template: str | None = None) -> None:
+        if style not in PROMPT_STYLES:
+            raise ToolfidError(f"unknown prompt_style {style!r}; use one of {', '.join(PROMPT_STYLES)}")
+        self.chat: ChatPrompter | None = None
+        if style == "chat":
+            from .chat import ChatPrompter
+
+            self.chat = ChatPrompter.from_model_args(model_args or {}, chat_template)
+        self.settings = PromptSettings(demos=demos, style=style,
+                                       system_prompt=system_prompt if style == "chat" else None,
+                                       chat_template_sha=self.chat.sha if self.chat else None)
+
+    def render(self, case: Case) -> str:
+        return render_prompt(case, self.settings, self.chat)
+
+    def provenance(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"prompt_style": self.settings.style}
+        if self.chat is not None:
+            out.update(chat_tools_in=self.chat.tools_in, chat_template_sha=self.chat.sha,
+                       chat_template_source=self.chat.source)
+        return out

@@ -18,8 +18,8 @@ from .prompting import PromptSettings
 from .verdict import VerdictConfig
 
 SETTING_KEYS = ("cases", "demos", "allowed_tools", "base_samples", "calibration", "write_reference",
-                "string_arguments", "backend")
-OTHER_TASK_KEYS = {"reference_dir", "version", "toolfid", "prompt_style", "system_prompt"}
+                "string_arguments", "backend", "prompt_style", "system_prompt", "chat_template")
+OTHER_TASK_KEYS = {"reference_dir", "version", "toolfid"}
 """Keys the task (or lm-eval's YAML) owns that are not model arguments."""
 
 
@@ -36,6 +36,9 @@ class TaskSettings(BaseModel):
     """Whether OpenAI-style string-encoded arguments (decoded and flagged) count as valid."""
     backend: str | None = None
     """The lm-eval model backend (``hf``, ``vllm``…); detected when not given."""
+    prompt_style: Literal["plain", "chat", "raw"] = "plain"
+    system_prompt: str | None = None
+    chat_template: str | None = None
     verdict: VerdictConfig = VerdictConfig()
     model_args: dict[str, Any] = Field(default_factory=dict)
     raw: dict[str, Any] = Field(default_factory=dict)
@@ -63,7 +66,9 @@ class TaskSettings(BaseModel):
 
     @property
     def prompt(self) -> PromptSettings:
-        return PromptSettings(demos=self.demos)
+        """Plain/raw settings; the chat style's template hash is added by :class:`prompting.Prompter`."""
+        return PromptSettings(demos=self.demos, style=self.prompt_style,
+                              system_prompt=self.system_prompt if self.prompt_style == "chat" else None)
 
     @property
     def adapter(self) -> tuple[str, str] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from functools import cached_property
 from typing import Any, Callable
 
 import datasets
@@ -21,7 +22,7 @@ from .cases import load_cases
 from .errors import ToolfidError
 from .fidelity_run import FidelityRun
 from .pairing import RunKey, base_identity, canonical, request_hash
-from .prompting import render_call, render_prompt
+from .prompting import Prompter, render_call
 from .records import Case
 from .scoring import METRICS, case_items
 from .settings import TaskSettings
@@ -90,12 +91,41 @@ class ToolUseFidelityTask(ConfigurableTask):
     def case_of(self, doc: dict[str, Any]) -> Case:
         return self.cases[str(doc["id"])]
 
+    @cached_property
+    def prompter(self) -> Prompter:
+        """The prompt style (plain/chat/raw); the chat style loads the model's chat template once."""
+        try:
+            return Prompter(self.settings.prompt_style, self.settings.demos, self.settings.system_prompt,
+                            self.settings.model_args, self.settings.chat_template)
+        except ToolfidError as exc:
+            raise _fail(exc) from None
+
     def prompt_for(self, case: Case) -> str:
         """The prompt text of a case: what ``doc_to_text`` returns and what the request hash covers."""
-        return render_prompt(case, self.settings.prompt)
+        try:
+            return self.prompter.render(case)
+        except ToolfidError as exc:
+            raise _fail(exc) from None
 
     def doc_to_text(self, doc: dict[str, Any], doc_to_text: Any = None) -> str:
         return self.prompt_for(self.case_of(doc))
+
+    def fewshot_context(self, doc: dict[str, Any], num_fewshot: int, *args: Any, **kwargs: Any) -> Any:
+        """The chat style renders the model's template itself (with per-case tools); lm-eval's
+        ``--apply_chat_template`` would wrap that text in the template a second time, so for this
+        style the task's rendering wins and lm-eval's is skipped (said once, as a warning)."""
+        if self.settings.prompt_style == "chat":
+            if kwargs.get("apply_chat_template") and not getattr(self, "_warned_double_template", False):
+                self._warned_double_template = True
+                log.warning("tool_use_fidelity: prompt_style chat renders the chat template itself, with each "
+                            "case's tools; lm-eval's --apply_chat_template is ignored for this task (it passes "
+                            "no tools and would wrap the rendered prompt a second time)")
+            if kwargs.get("system_instruction") and not getattr(self, "_warned_system_instruction", False):
+                self._warned_system_instruction = True
+                log.warning("tool_use_fidelity: prompt_style chat does not use lm-eval's --system_instruction; "
+                            "pass --metadata '{\"system_prompt\": ...}' instead")
+            return self.doc_to_text(doc)
+        return super().fewshot_context(doc, num_fewshot, *args, **kwargs)
 
     def doc_to_target(self, doc: dict[str, Any], doc_to_target: Any = None) -> str:
         case = self.case_of(doc)
@@ -116,6 +146,9 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     def build_all_requests(self, **kwargs: Any) -> None:
         lm_requests = {k: kwargs.get(k) for k in LM_EVAL_REQUEST_KEYS if kwargs.get(k) not in (None, False, "")}
+        if self.settings.prompt_style == "chat":  # the task renders the template; lm-eval's wrapping is skipped
+            lm_requests = {k: v for k, v in lm_requests.items()
+                           if k not in ("apply_chat_template", "system_instruction", "fewshot_as_multiturn")}
         try:
             self.run.resolve(self._run_key(lm_requests), {
                 cid: request_hash(self.prompt_for(case),
@@ -123,6 +156,7 @@ class ToolUseFidelityTask(ConfigurableTask):
                 for cid, case in self.cases.items()})
         except ToolfidError as exc:
             raise _fail(exc) from None
+        self.run.provenance.update(prompt=self.prompter.settings.fingerprint(), **self.prompter.provenance())
         super().build_all_requests(**kwargs)
 
     def _run_key(self, lm_requests: dict[str, Any]) -> RunKey | None:
@@ -135,7 +169,7 @@ class ToolUseFidelityTask(ConfigurableTask):
         if lm_requests:
             generation["lm_eval"] = json.loads(canonical(lm_requests))
         return RunKey(base=base_identity(self.settings.model_args, self.backend), case_set=self.run.case_set,
-                      prompt=self.settings.prompt.fingerprint(), generation=generation)
+                      prompt=self.prompter.settings.fingerprint(), generation=generation)
 
     def construct_requests(self, doc: dict[str, Any], ctx: Any, **kwargs: Any) -> Any:
         instance = super().construct_requests(doc, ctx, **kwargs)

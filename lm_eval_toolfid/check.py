@@ -1,0 +1,261 @@
+"""``toolfid check``: score generations without a model.
+
+Every outcome comes from the one scoring core (:func:`scoring.score_generation`) and every summary
+from :func:`scoring.summarize`; this module only finds the inputs and prints the results.
+
+Inputs: a positional text, ``--file F`` (one generation), JSONL on stdin (``{"text", "tools",
+"gold_tool_name", ...}`` — any case fields — or ``{"case_id", "text"}`` with ``--cases``), or
+``--samples samples_*.jsonl`` of an lm-eval run of this task (doc id -> case from ``--cases``; the
+generation is ``filtered_resps[0]``). Exit status: 0 every generation is a valid call, 1 some are
+not, 2 a usage or input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+from pydantic import ValidationError
+
+from .cases import load_cases, parse_case_line
+from .errors import ToolfidError
+from .records import Case, Outcome, ToolSpec
+from .scoring import pair, score_generation, summarize
+
+try:  # the output-format parsers (hermes, llama, mistral, pythonic, ...) once they are in this tree
+    from .formats import parse_calls  # type: ignore[import-not-found,attr-defined]
+except ImportError:  # pragma: no cover - depends on which branches are merged
+    from .parsing import parse_calls
+
+UNCHECKED_SCHEMA = {"type": "object"}
+
+
+class Checked:
+    """One scored generation and how it is shown."""
+
+    def __init__(self, case: Case, text: str, outcome: Outcome, schema_checked: bool = True) -> None:
+        self.case, self.text, self.outcome, self.schema_checked = case, text, outcome, schema_checked
+
+    def as_dict(self) -> dict[str, Any]:
+        o = self.outcome
+        parsed = parse_calls(self.text)
+        calls = [{"format": _surface(c), "name": c.name if isinstance(c.name, str) else None}
+                 for c in parsed.calls]
+        out: dict[str, Any] = {
+            "case_id": self.case.id,
+            "kind": o.kind.value,
+            "keyword": o.keyword,
+            "path": error_path(o),
+            "detail": o.detail,
+            "message": _message(o),
+            "format": _value(o.surface),
+            "name": o.name,
+            "arguments": o.arguments,
+            "hallucinated": o.hallucinated,
+            "n_calls": o.n_calls,
+            "calls": calls,
+        }
+        if not self.schema_checked:
+            out["schema_checked"] = False
+            out["hallucinated"] = None
+        return out
+
+
+def _value(x: Any) -> Any:
+    return getattr(x, "value", x)
+
+
+def _surface(call: Any) -> Any:
+    return _value(getattr(call, "surface", None) or getattr(call, "format", None))
+
+
+def error_path(outcome: Outcome) -> str | None:
+    """Where a schema error is (``unit``, ``filters/max_price``), from the scoring core's detail."""
+    if outcome.kind.value != "schema_error" or not outcome.detail or " at " not in outcome.detail:
+        return None
+    tail = outcome.detail.rsplit(" at ", 1)[1]
+    return tail if tail and " " not in tail else None
+
+
+def _message(outcome: Outcome) -> str | None:
+    """The detail without its `` at PATH`` suffix (the path has its own field)."""
+    path = error_path(outcome)
+    return outcome.detail[: -len(f" at {path}")] if path and outcome.detail else outcome.detail
+
+
+def _parse_only_case(text: str, case_id: str) -> Case:
+    """No tools given: offer whatever the text calls, with an unconstrained schema (shape is checked,
+    arguments are not; no hallucination judgement)."""
+    names = [c.name for c in parse_calls(text).calls if isinstance(c.name, str) and c.name]
+    names = list(dict.fromkeys(names)) or ["unknown_tool"]
+    return Case(id=case_id, prompt="(toolfid check)", tools=[{"name": n, "parameters": UNCHECKED_SCHEMA}
+                                                             for n in names], gold_tool_name=names[0])
+
+
+def check_text(text: str, case: Case | None, case_id: str = "input") -> Checked:
+    if case is None:
+        c = _parse_only_case(text, case_id)
+        return Checked(c, text, score_generation(text, c), schema_checked=False)
+    return Checked(case, text, score_generation(text, case))
+
+
+def _tools_arg(spec: str) -> list[Any]:
+    path = Path(spec).expanduser()
+    try:
+        raw = path.read_text(encoding="utf-8") if path.is_file() else spec
+        tools = json.loads(raw)
+    except (OSError, ValueError) as exc:
+        raise ToolfidError(f"--tools: not a JSON list of tool specs or a file holding one ({exc})") from None
+    return tools if isinstance(tools, list) else [tools]
+
+
+def _case_from_fields(fields: dict[str, Any], where: str) -> Case:
+    data = {"id": "input", "prompt": "(toolfid check)", **fields}
+    return parse_case_line(json.dumps(data, ensure_ascii=False), where)
+
+
+def _cases_by_id(spec: str | None) -> dict[str, Case]:
+    if not spec:
+        raise ToolfidError("--cases FILE|default is needed to look cases up by id")
+    return {c.id: c for c in load_cases(spec)}
+
+
+def _from_stdin(lines: Iterable[str], cases_spec: str | None) -> list[Checked]:
+    cases: dict[str, Case] | None = None
+    out: list[Checked] = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"<stdin>:{lineno}"
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ToolfidError(f"{where}: not valid JSON ({exc})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+            raise ToolfidError(f"{where}: expected a JSON object with a string 'text'")
+        text = row.pop("text")
+        if "case_id" in row:
+            cases = cases if cases is not None else _cases_by_id(cases_spec)
+            cid = str(row["case_id"])
+            if cid not in cases:
+                raise ToolfidError(f"{where}: case_id {cid!r} is not in the case file {cases_spec}")
+            out.append(check_text(text, cases[cid]))
+        elif "tools" in row or "tool_spec" in row:
+            row.setdefault("id", f"line-{lineno}")
+            out.append(check_text(text, _case_from_fields(row, where)))
+        else:
+            out.append(check_text(text, None, case_id=str(row.get("id", f"line-{lineno}"))))
+    if not out:
+        raise ToolfidError("<stdin>: no generations given")
+    return out
+
+
+def _from_samples(path_spec: str, cases_spec: str | None) -> list[Checked]:
+    path = Path(path_spec).expanduser()
+    if not path.is_file():
+        raise ToolfidError(f"samples file not found: {path}")
+    cases = _cases_by_id(cases_spec or "default")
+    out: list[Checked] = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            sample = json.loads(line)
+            cid = str(sample["doc"]["id"])
+            text = sample["filtered_resps"][0]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ToolfidError(f"{path}:{lineno}: not an lm-eval sample of this task "
+                               "(needs doc.id and filtered_resps)") from None
+        if cid not in cases:
+            raise ToolfidError(f"{path}:{lineno}: case {cid!r} is not in the case file "
+                               f"{cases_spec or 'default'}: pass the run's --cases")
+        out.append(check_text(text if isinstance(text, str) else str(text), cases[cid]))
+    if not out:
+        raise ToolfidError(f"{path}: no samples in file")
+    return out
+
+
+def collect(args: argparse.Namespace, stdin: Any = None) -> list[Checked]:
+    given = [x for x in (args.text is not None, bool(args.file), bool(args.samples)) if x]
+    if len(given) > 1:
+        raise ToolfidError("give one input: a TEXT argument, --file, --samples, or JSONL on stdin")
+    if args.samples:
+        return _from_samples(args.samples, args.cases)
+    if args.text is None and not args.file:
+        stdin = stdin if stdin is not None else sys.stdin
+        if stdin.isatty():
+            raise ToolfidError("nothing to check: give a TEXT argument, --file F, --samples F, or JSONL on stdin")
+        return _from_stdin(stdin, args.cases)
+    if args.file:
+        try:
+            text = Path(args.file).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ToolfidError(f"cannot read --file {args.file}: {exc}") from None
+    else:
+        text = args.text
+    case: Case | None = None
+    if args.case:
+        cases = _cases_by_id(args.cases or "default")
+        if args.case not in cases:
+            raise ToolfidError(f"--case {args.case!r} is not in the case file {args.cases or 'default'}")
+        case = cases[args.case]
+    elif args.tools:
+        fields: dict[str, Any] = {"tools": _tools_arg(args.tools)}
+        if args.gold:
+            fields["gold_tool_name"] = args.gold
+        elif fields["tools"]:
+            try:
+                fields["gold_tool_name"] = ToolSpec.model_validate(fields["tools"][0]).name
+            except ValidationError:
+                pass  # the case validation below reports the bad spec in one line
+        case = _case_from_fields(fields, "--tools")
+    return [check_text(text, case)]
+
+
+def _line(item: dict[str, Any]) -> str:
+    head = f"{item['case_id']}: {item['kind'].upper()}"
+    calls = ", ".join(f"{c['format']} {c['name'] or '?'}" for c in item["calls"])
+    if item["kind"] == "valid":
+        flag = " (hallucinated tool name)" if item["hallucinated"] else ""
+        note = "" if item.get("schema_checked", True) else " [no tools given: shape only, schema not checked]"
+        return f"{head} {item['name']}{flag} [{calls}]{note}"
+    if item["kind"] in ("no_call", "malformed"):
+        return head + (" (a '{' was written but nothing parsed)" if item["kind"] == "malformed" else "")
+    where = f" at {item['path']}" if item["path"] else ""
+    return f"{head} keyword={item['keyword']}{where}: {item['message']} [{calls}]"
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    checked = collect(args)
+    items = [c.as_dict() for c in checked]
+    summary = summarize([pair(c.case.id, c.outcome, None) for c in checked]) if len(checked) > 1 else None
+    if args.json:
+        if summary is None:
+            print(json.dumps(items[0], indent=2, ensure_ascii=False, default=str))
+        else:
+            print(json.dumps({"results": items, "summary": summary.model_dump(mode="json")}, indent=2,
+                             ensure_ascii=False, default=str))
+    else:
+        for item in items:
+            print(_line(item))
+        if summary is not None:
+            counts = ", ".join(f"{k} {v}" for k, v in summary.outcome_counts.items())
+            print(f"\n{summary.n} generations: json_valid_rate {summary.json_valid_rate:.3f}, parse_rate "
+                  f"{summary.parse_rate:.3f}, hallucination_rate {summary.hallucination_rate:.3f} ({counts})")
+    return 0 if all(c.outcome.valid for c in checked) else 1
+
+
+def add_check_command(sub: Any) -> None:
+    p = sub.add_parser("check", help="score generation(s) without a model: format, outcome, error path")
+    p.add_argument("text", nargs="?", help="the generation text (else --file, --samples or JSONL on stdin)")
+    p.add_argument("--file", help="a file holding one generation")
+    p.add_argument("--samples", help="an lm-eval samples_*.jsonl of this task to re-score (with --cases)")
+    p.add_argument("--cases", help="case file (JSONL) or 'default'/'fixture', for --case, case_id and --samples")
+    p.add_argument("--case", help="score against this case id of --cases (default set if --cases is not given)")
+    p.add_argument("--tools", help="tool specs offered: a JSON list, or a file holding one")
+    p.add_argument("--gold", help="with --tools: the expected tool (default: the first tool)")
+    p.add_argument("--json", action="store_true", help="print JSON for machines")
+    p.set_defaults(func=cmd_check)

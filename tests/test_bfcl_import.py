@@ -1,0 +1,203 @@
+"""BFCL import on the real BFCL files in ../shared/bfcl (nobody on this project wrote them)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from lm_eval_toolfid import cli
+from lm_eval_toolfid.bfcl import category_of, convert, reference_arguments
+from lm_eval_toolfid.cases import load_cases
+from lm_eval_toolfid.errors import ToolfidError
+from lm_eval_toolfid.records import Case
+from lm_eval_toolfid.schema import validate_arguments
+
+from .conftest import SHARED
+
+BFCL = SHARED / "bfcl"
+pytestmark = pytest.mark.skipif(not BFCL.is_dir(), reason="../shared/bfcl not present")
+QUESTION_FILES = sorted(p.name for p in BFCL.glob("BFCL_v*_*.json")) if BFCL.is_dir() else []
+KNOWN = {k: v for k, v in json.loads((Path(__file__).parent / "data" / "bfcl_known_violations.json")
+                                      .read_text()).items() if not k.startswith("_")}
+WRONG = {"string": 12345, "integer": "12", "number": "1.5", "boolean": "yes", "array": "x", "object": "x"}
+
+
+def _answers(name: str) -> Path | None:
+    path = BFCL / "possible_answer" / name
+    return path if path.is_file() else None
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory) -> dict[str, list[Case]]:
+    """Every BFCL file through the real CLI, then back through cases.load_cases."""
+    out = tmp_path_factory.mktemp("bfcl")
+    loaded = {}
+    for name in QUESTION_FILES:
+        target = out / f"{name}.jsonl"
+        argv = ["import-bfcl", str(BFCL / name), "--output", str(target)]
+        if _answers(name):
+            argv += ["--answers", str(_answers(name))]
+        assert cli.main(argv) == 0, name
+        loaded[name] = load_cases(target)
+    return loaded
+
+
+def test_every_file_imports_and_loads(imported):
+    assert len(imported) >= 6
+    for name, cases in imported.items():
+        questions = _lines(BFCL / name)
+        assert [c.id for c in cases] == [str(q["id"]) for q in questions], name
+        category = category_of(name)
+        assert {c.category for c in cases} == {category}
+        for case, q in zip(cases, questions):
+            assert [t.name for t in case.tools] == [f["name"] for f in q["function"]]
+            assert q["question"][0][-1]["content"].strip() in case.prompt
+            types = json.dumps([t.parameters for t in case.tools])
+            assert '"type": "dict"' not in types and '"type": "float"' not in types and '"type": "tuple"' not in types
+        if "irrelevance" in category:
+            assert all(c.irrelevant and c.expected_calls == [] for c in cases)
+        else:
+            answers = {str(a["id"]): a["ground_truth"] for a in _lines(_answers(name))}
+            for case in cases:
+                truth = answers[case.id]
+                assert [g.name for g in case.expected_calls] == [next(iter(t)) for t in truth]
+                assert [g.options for g in case.expected_calls] == [next(iter(t.values())) for t in truth]
+    assert any(len(c.expected_calls) > 1 for c in imported["BFCL_v4_parallel.json"])
+
+
+def test_system_turns_are_kept_as_a_prompt_prefix(imported):
+    questions = {str(q["id"]): q for q in _lines(BFCL / "BFCL_v4_live_simple.json")}
+    with_system = [c for c in imported["BFCL_v4_live_simple.json"]
+                   if any(m["role"] == "system" for m in questions[c.id]["question"][0])]
+    assert with_system
+    for case in with_system:
+        system, user = (next(m["content"] for m in questions[case.id]["question"][0] if m["role"] == r)
+                        for r in ("system", "user"))
+        assert case.prompt == f"{system.strip()}\n\n{user.strip()}"
+
+
+def _reference_calls(imported):
+    for name, cases in imported.items():
+        for case in cases:
+            for i, gold in enumerate(case.expected_calls):
+                yield f"{case.id}#{i}", case.tool(gold.name).parameters, reference_arguments(gold.options)
+
+
+def test_reference_answers_validate_except_the_reviewed_violations(imported):
+    violating, total = {}, 0
+    for key, schema, args in _reference_calls(imported):
+        total += 1
+        violation = validate_arguments(args, schema)
+        if violation is not None:
+            violating[key] = violation
+    assert total >= 2000
+    assert set(violating) == set(KNOWN), {k: v.message for k, v in violating.items() if k not in KNOWN}
+
+
+def test_reference_arguments_resolve_options():
+    options = {"a": [1, 2], "b": ["", 3], "c": [{"x": ["u"], "y": ["", "v"]}], "d": [[1, 2]], "e": [""]}
+    assert reference_arguments(options) == {"a": 1, "c": {"x": "u"}, "d": [1, 2]}
+
+
+def _mutations(schema: dict, args: dict):
+    """(kind, mutated arguments, path that must be reported) for each mutation the schema allows."""
+    props = schema.get("properties", {})
+    for name in schema.get("required", []):
+        if name in args:
+            mutated = dict(args)
+            del mutated[name]
+            yield "drop_required", mutated, ""
+            break
+    for name, value in args.items():
+        spec = props.get(name)
+        if not isinstance(spec, dict):
+            continue
+        t = spec.get("type")
+        if isinstance(t, str) and t in WRONG and "enum" not in spec:
+            yield "wrong_type", {**args, name: WRONG[t]}, name
+        if t == "integer":
+            yield "bool_for_integer", {**args, name: True}, name
+        if isinstance(spec.get("enum"), list) and all(isinstance(e, str) for e in spec["enum"]) and t == "string":
+            yield "enum", {**args, name: "zz-not-an-option"}, name
+        items = spec.get("items")
+        if t == "array" and isinstance(items, dict) and items.get("type") in WRONG and isinstance(value, list) \
+                and value and "enum" not in items:
+            yield "array_item_type", {**args, name: [WRONG[items["type"]], *value[1:]]}, f"{name}/0"
+        if t == "object" and isinstance(value, dict):
+            for key in value:
+                sub = (spec.get("properties") or {}).get(key, {})
+                if isinstance(sub.get("type"), str) and sub["type"] in WRONG and "enum" not in sub:
+                    yield "nested_field_type", {**args, name: {**value, key: WRONG[sub["type"]]}}, f"{name}/{key}"
+                    break
+
+
+def test_mutated_references_are_always_caught(imported):
+    caught: dict[str, int] = {}
+    for key, schema, args in _reference_calls(imported):
+        if key in KNOWN:
+            continue
+        for kind, mutated, path in _mutations(schema, copy.deepcopy(args)):
+            violation = validate_arguments(mutated, schema)
+            assert violation is not None, (key, kind, mutated)
+            assert violation.path == path, (key, kind, violation.path, violation.message)
+            if kind == "drop_required":
+                assert violation.keyword == "required", (key, violation.keyword)
+            caught[kind] = caught.get(kind, 0) + 1
+    # every mutation kind met real schemas with that feature, many times
+    assert set(caught) == {"drop_required", "wrong_type", "bool_for_integer", "enum", "array_item_type",
+                           "nested_field_type"}, caught
+    assert min(caught.values()) >= 5, caught
+
+
+def test_problems_are_one_line_with_file_and_line(tmp_path, capsys):
+    q = BFCL / "BFCL_v4_multiple.json"
+    with pytest.raises(ToolfidError, match="needs its answers file"):
+        convert(q)
+    with pytest.raises(ToolfidError, match=r"BFCL_v4_multiple\.json:1: 2 functions offered"):
+        convert(q, names_only=True)
+    names = convert(BFCL / "BFCL_v4_simple_python.json", names_only=True)
+    assert all(c["gold_calls"] == [{"name": c["tools"][0]["name"]}] for c in names)
+    with_answers = convert(q, _answers("BFCL_v4_multiple.json"), names_only=True)
+    assert all("options" not in g for c in with_answers for g in c["gold_calls"])
+
+    bad = tmp_path / "BFCL_v4_simple.json"
+    lines = (BFCL / "BFCL_v4_simple_python.json").read_text().splitlines()[:3]
+    bad.write_text("\n".join([lines[0], "{not json", lines[2]]) + "\n")
+    with pytest.raises(ToolfidError, match=rf"{bad}:2: not valid JSON"):
+        convert(bad, names_only=True)
+    multi = tmp_path / "BFCL_v4_simple.json"
+    q0 = json.loads(lines[0])
+    q0["question"] = q0["question"] * 2
+    multi.write_text(json.dumps(q0) + "\n")
+    with pytest.raises(ToolfidError, match=rf"{multi}:1: 2 turns"):
+        convert(multi, names_only=True)
+    answers = tmp_path / "answers.json"
+    answers.write_text(json.dumps({"id": "nope", "ground_truth": [{"x": {}}]}) + "\n")
+    single = tmp_path / "BFCL_v4_parallel.json"
+    single.write_text(lines[0] + "\n")
+    with pytest.raises(ToolfidError, match=rf"{single}:1: question .* has no entry in {answers}"):
+        convert(single, answers)
+    with pytest.raises(ToolfidError, match="not supported"):
+        convert(tmp_path / "BFCL_v4_multi_turn_base.json")
+
+    assert cli.main(["import-bfcl", str(q), "--output", str(tmp_path / "o.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs its answers file" in err and not (tmp_path / "o.jsonl").exists()
+
+
+def test_several_files_with_the_answers_folder(tmp_path, capsys):
+    out = tmp_path / "mix.jsonl"
+    names = ["BFCL_v4_parallel.json", "BFCL_v4_irrelevance.json"]
+    assert cli.main(["import-bfcl", *(str(BFCL / n) for n in names), "--answers", str(BFCL / "possible_answer"),
+                     "-o", str(out)]) == 0
+    cases = load_cases(out)
+    assert {c.category for c in cases} == {"parallel", "irrelevance"}
+    assert len(cases) == sum(len(_lines(BFCL / n)) for n in names)
+    assert "wrote" in capsys.readouterr().out

@@ -1,0 +1,179 @@
+"""Prompt styles plain / chat / raw; the chat style renders the model's own template with per-case tools."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lm_eval_toolfid.bundled import fixture_paths
+from lm_eval_toolfid.cases import load_cases
+from lm_eval_toolfid.chat import TOOLS_IN_SYSTEM, TOOLS_IN_TEMPLATE, TOOLS_IN_USER, ChatPrompter
+from lm_eval_toolfid.errors import ToolfidError
+from lm_eval_toolfid.prompting import (INSTRUCTION, TEMPLATE_VERSION, Prompter, PromptSettings, render_plain,
+                                       render_prompt)
+from lm_eval_toolfid.settings import TaskSettings
+
+from .chat_templates import HERMES, IGNORES_TOOLS, NO_SYSTEM
+from .conftest import make_case
+from .lm_eval_helpers import lm_eval_cli, read_run, toolfid_meta
+
+FIX = fixture_paths()
+
+
+def chat_base(tmp_path: Path, template: str | None) -> Path:
+    """A copy of the fixture base model whose tokenizer_config.json carries ``template``."""
+    base = tmp_path / "base"
+    shutil.copytree(FIX["base"], base)
+    cfg_path = base / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    if template is not None:
+        cfg["chat_template"] = template
+    cfg_path.write_text(json.dumps(cfg, indent=1))
+    return base
+
+
+@pytest.fixture()
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(FIX["base"], local_files_only=True)
+
+
+def test_plain_style_is_unchanged_and_keeps_its_fingerprint():
+    case = make_case()
+    settings = PromptSettings(demos=2)
+    assert render_prompt(case, settings) == render_plain(case, settings)
+    assert render_prompt(case, settings).endswith(f"### Request\n{case.prompt}\n### Call\n")
+    # references and calibrations stored before prompt styles existed still match plain runs
+    old = json.dumps({"demos": 2, "instruction": INSTRUCTION, "template": TEMPLATE_VERSION}, sort_keys=True)
+    assert settings.fingerprint() == hashlib.sha256(old.encode()).hexdigest()[:16]
+    assert PromptSettings(demos=2, style="raw").fingerprint() != settings.fingerprint()
+
+
+def test_raw_style_is_the_bare_request():
+    case = make_case()
+    assert render_prompt(case, PromptSettings(style="raw")) == case.prompt
+    assert Prompter("raw", demos=2).render(case) == case.prompt
+
+
+@pytest.mark.parametrize("template,where", [(HERMES, TOOLS_IN_TEMPLATE), (IGNORES_TOOLS, TOOLS_IN_SYSTEM),
+                                            (NO_SYSTEM, TOOLS_IN_USER)])
+def test_chat_style_puts_the_tools_where_the_template_shows_them(tokenizer, template, where, caplog):
+    tokenizer.chat_template = template
+    with caplog.at_level("WARNING", logger="lm_eval.toolfid"):
+        chat = ChatPrompter(tokenizer, "tiny")
+    assert chat.tools_in == where
+    assert ("ignores tools=" in caplog.text) == (where != TOOLS_IN_TEMPLATE)
+    case = make_case()
+    text = chat.render(case, [], system_prompt="Be brief.")
+    assert "get_weather" in text and "get_time" in text and case.prompt in text and "Be brief." in text
+    if where == TOOLS_IN_TEMPLATE:
+        assert "<tools>" in text and '"type": "function"' in text
+    else:
+        assert "<tools>" not in text and "You can call these tools" in text
+    if where == TOOLS_IN_USER:
+        assert "system" not in text
+    assert text.count(case.prompt) == 1
+
+
+def test_chat_demos_use_the_templates_native_call_format(tokenizer):
+    case = make_case()
+    from lm_eval_toolfid.prompting import pick_demos
+
+    demos = pick_demos(case, 1)
+    tokenizer.chat_template = HERMES
+    hermes = ChatPrompter(tokenizer).render(case, demos)
+    assert "<tool_call>\n{" in hermes and hermes.index(demos[0][1]) < hermes.index(case.prompt)
+    tokenizer.chat_template = IGNORES_TOOLS
+    plain = ChatPrompter(tokenizer).render(case, demos)
+    assert "<tool_call>" not in plain and json.dumps(demos[0][2], ensure_ascii=False) in plain
+
+
+def test_template_hash_is_part_of_the_fingerprint(tmp_path):
+    a = Prompter("chat", demos=0, model_args={"pretrained": str(chat_base(tmp_path / "a", HERMES))})
+    b = Prompter("chat", demos=0, model_args={"pretrained": str(chat_base(tmp_path / "b", IGNORES_TOOLS))})
+    assert a.settings.chat_template_sha == hashlib.sha256(HERMES.encode()).hexdigest()
+    assert a.settings.fingerprint() != b.settings.fingerprint()
+    assert a.provenance()["chat_tools_in"] == "template" and b.provenance()["chat_tools_in"] == "system"
+    assert PromptSettings(demos=0).fingerprint() not in (a.settings.fingerprint(), b.settings.fingerprint())
+
+
+def test_a_chat_template_file_replaces_the_models(tmp_path):
+    base = chat_base(tmp_path, IGNORES_TOOLS)
+    jinja = tmp_path / "hermes.jinja"
+    jinja.write_text(HERMES)
+    own = Prompter("chat", demos=0, model_args={"pretrained": str(base)})
+    replaced = Prompter("chat", demos=0, model_args={"pretrained": str(base)}, chat_template=str(jinja))
+    assert own.provenance()["chat_tools_in"] == "system" and replaced.provenance()["chat_tools_in"] == "template"
+    assert replaced.settings.chat_template_sha == hashlib.sha256(HERMES.encode()).hexdigest()
+    assert "<tools>" in replaced.render(make_case())
+    with pytest.raises(ToolfidError, match="cannot read the Jinja file"):
+        Prompter("chat", model_args={"pretrained": str(base)}, chat_template=str(tmp_path / "nope.jinja"))
+
+
+def test_chat_style_errors_are_one_line(tmp_path):
+    with pytest.raises(ToolfidError, match="has no chat template"):
+        Prompter("chat", model_args={"pretrained": str(chat_base(tmp_path, None))})
+    with pytest.raises(ToolfidError, match="cannot load the tokenizer"):
+        Prompter("chat", model_args={"pretrained": str(tmp_path / "missing")})
+    with pytest.raises(ToolfidError, match="pretrained"):
+        Prompter("chat", model_args={})
+    with pytest.raises(ToolfidError, match="prompt_style"):
+        TaskSettings.from_metadata({"prompt_style": "fancy"})
+    assert TaskSettings.from_metadata({"prompt_style": "chat"}).prompt.style == "chat"
+
+
+@pytest.mark.slow
+def test_chat_run_shows_the_tools_and_pairs_base_and_adapter(tmp_path):
+    """Acceptance: real lm_eval CLI, tiny model with a Hermes-style tool-aware template, base then adapter."""
+    base = chat_base(tmp_path, HERMES)
+    cases = tmp_path / "cases.jsonl"
+    six = load_cases("fixture")[::8][:6]
+    cases.write_text("".join(json.dumps(c.model_dump(mode="json", exclude_none=True)) + "\n" for c in six))
+    meta = {"prompt_style": "chat", "cases": str(cases)}
+    home = tmp_path / "home"
+    proc = lm_eval_cli(f"pretrained={base}", tmp_path / "base-run", home, metadata=meta)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results, samples = read_run(tmp_path / "base-run")
+    assert len(samples) == 6
+    for sample in samples:
+        prompt = sample["arguments"]["gen_args_0"]["arg_0"]
+        case = next(c for c in six if c.id == sample["doc"]["id"])
+        assert "<tools>" in prompt and all(name in prompt for name in case.tool_names)
+        assert prompt.endswith("<|im_start|>assistant\n") and prompt.count("<|im_start|>system") == 1
+    meta_base = toolfid_meta(results)
+    assert meta_base["prompt_style"] == "chat" and meta_base["chat_tools_in"] == "template"
+    assert Path(meta_base["reference_written"]).is_file()
+
+    # the adapter run also asks lm-eval to apply the chat template: the task's rendering wins (one
+    # warning), the prompt is not wrapped twice, and the run pairs with the base reference
+    proc = lm_eval_cli(f"pretrained={base},peft={FIX['adapters']['faithful']}", tmp_path / "ft-run", home,
+                       metadata=meta, extra=["--apply_chat_template"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("--apply_chat_template is ignored for this task") == 1
+    results, samples = read_run(tmp_path / "ft-run")
+    assert all(s["arguments"]["gen_args_0"]["arg_0"].count("<|im_start|>system") == 1 for s in samples)
+    meta_ft = toolfid_meta(results)
+    assert meta_ft["pairing"].startswith("reference store"), meta_ft["pairing"]
+    assert meta_ft["prompt"] == meta_base["prompt"] and meta_ft["chat_template_sha"] == meta_base["chat_template_sha"]
+    assert all(s["fidelity_pass"]["base"] is not None for s in samples)
+
+
+SMOLLM2 = Path(os.environ.get("TOOLFID_SMOLLM2",
+                              Path.home() / ".cache" / "lm_eval_toolfid" / "models" / "smollm2-135m-instruct"))
+
+
+@pytest.mark.skipif(not (SMOLLM2 / "tokenizer_config.json").is_file(), reason="SmolLM2 not set up (scripts/setup.sh)")
+def test_real_smollm2_template_ignores_tools_so_they_go_in_the_system_message():
+    prompter = Prompter("chat", demos=0, model_args={"pretrained": str(SMOLLM2)})
+    assert prompter.provenance()["chat_tools_in"] == "system"
+    case = make_case()
+    text = prompter.render(case)
+    system = text.split("<|im_start|>user")[0]
+    assert "get_weather" in system and "get_time" in system and "You can call these tools" in system
+    assert text.endswith(f"{case.prompt}<|im_end|>\n<|im_start|>assistant\n")
