@@ -93,7 +93,7 @@ def build(runs: list[Run], notes: list[str] | None = None) -> Leaderboard:
         if run.toolfid_task is None:
             others.append(run)
             continue
-        key = (_norm(run.model), _norm(run.adapter), run.toolfid_task)
+        key = (_norm(run.model), _norm(run.adapter), run.toolfid_task, run.base_id, run.case_set)
         if key in rows and rows[key].toolfid is not None:
             old = rows[key].toolfid
             notes.append(f"{run.label}: newer run {run.source} shown; older {old.source} ignored")  # type: ignore[union-attr]
@@ -102,9 +102,9 @@ def build(runs: list[Run], notes: list[str] | None = None) -> Leaderboard:
         row.others.update(run.other)
         row.sources.append(str(run.source))
     for run in others:  # other-task-only files join every row of the same model + adapter
-        targets = [r for (m, a, _), r in rows.items() if (m, a) == (_norm(run.model), _norm(run.adapter))]
+        targets = [r for k, r in rows.items() if k[:2] == (_norm(run.model), _norm(run.adapter))]
         if not targets:
-            key = (_norm(run.model), _norm(run.adapter), None)
+            key = (_norm(run.model), _norm(run.adapter), None, None, None)
             targets = [rows.setdefault(key, Row(model=run.model, adapter=run.adapter, label=run.label))]
         for row in targets:
             row.others.update(run.other)
@@ -117,7 +117,6 @@ def build(runs: list[Run], notes: list[str] | None = None) -> Leaderboard:
             same_model = [g for g in groups.values() if g.rows and _norm(g.rows[0].model) == _norm(row.model)]
             key = (same_model[0].base, same_model[0].case_set) if same_model else (row.model, None)
         groups.setdefault(key, Group(base=key[0], case_set=key[1], rows=[])).rows.append(row)
-    # place rows without toolfid results after every toolfid group was formed (second pass above may miss)
     ordered = list(groups.values())
     if len(ordered) > 1:
         first = ordered[0]
