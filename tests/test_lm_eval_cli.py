@@ -142,10 +142,10 @@ def test_bad_input_is_one_line(tmp_path):
     proc = subprocess.run([str(BIN / "toolfid"), "lm-eval", "--tasks", FIXTURE_TASK, "--model", "hf",
                            "--model_args", f"pretrained={FIX['base']},peft={broken_dir}"],
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "no adapter_config.json" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 4 and "no adapter_config.json" in proc.stderr and "Traceback" not in proc.stderr
     proc = subprocess.run([str(BIN / "toolfid"), "run", "--base", str(tmp_path / "nope"), "--adapter",
                            FIX["adapters"]["faithful"]], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr
 
 
 def test_installed_entry_points(tmp_path):

@@ -115,13 +115,13 @@ def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any
         print(_paint_verdicts(format_table(rows, valid)))
     runs = [read_run(v.path) for v in views if v.path is not None]
     if not args.json and not args.no_breakdown:
-        from ..reporting import breakdown as bd
+        from ..reporting.breakdown import breakdown, format_text
 
         base_runs = [read_run(base_view.path)] if base_view.path is not None else []
         for run in runs:
-            b = bd.breakdown(run, base_runs)
+            b = breakdown(run, base_runs)
             if b is not None:
-                print("\n" + bd.format_text(b, worst=3))
+                print("\n" + format_text(b, worst=3))
     if args.html:
         from ..fsutil import atomic_write_text
         from ..reporting import collect, html

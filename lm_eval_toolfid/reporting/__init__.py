@@ -20,6 +20,9 @@ def collect(paths: list[str | Path]) -> tuple[list[Run], Leaderboard, dict[str, 
             b = breakdown(run, base_runs)
             if b is not None:
                 breakdowns[str(run.source)] = b
+                ci = b.delta_ci()
+                if ci is not None:
+                    run.derived_ci.setdefault("validity_delta", ci)
     return runs, board, breakdowns
 
 

@@ -78,6 +78,16 @@ class Breakdown:
     drift: list[tuple[str, str, int]]  # base surface, adapter surface, count
     cases: list[CaseRow] = field(default_factory=list)
 
+    def delta_ci(self) -> tuple[float, float] | None:
+        """95% interval of the paired validity delta: mean ± 1.96 · sd/√n of the per-case differences."""
+        diffs = [int(c.ft_valid) - int(bool(c.base_valid)) for c in self.cases if c.base is not None]
+        if len(diffs) < 2:
+            return None
+        mean = sum(diffs) / len(diffs)
+        var = sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
+        half = 1.96 * (var / len(diffs)) ** 0.5
+        return max(-1.0, mean - half), min(1.0, mean + half)
+
     def worst(self, limit: int) -> list[CaseRow]:
         bad = [c for c in self.cases if _RANK[c.category] < 5]
         return sorted(bad, key=lambda c: (_RANK[c.category], c.case_id))[:limit]

@@ -41,6 +41,8 @@ class Run:
     samples_path: Path | None = None
     n: int = 0
     date: float | None = None
+    derived_ci: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Intervals computed from the per-case samples (e.g. the paired validity delta) when lm-eval gave none."""
 
     @property
     def toolfid(self) -> dict[str, Any]:
@@ -56,8 +58,8 @@ class Run:
 
     @property
     def verdict_label(self) -> str:
-        if self.row is None:
-            return "—"
+        if self.row is None or not self.adapter:
+            return "—"  # a base run has nothing to judge
         verdict = self.verdict
         if not verdict or verdict.get("passed") is None:
             return "UNDECIDED"
@@ -96,6 +98,8 @@ class Run:
         se = self.stderr.get(metric)
         if se is not None and se > 0:
             return value - 1.96 * se, value + 1.96 * se
+        if metric in self.derived_ci:
+            return self.derived_ci[metric]
         if metric in ("json_valid_rate", "base_json_valid_rate", "parse_rate") and self.n:
             return wilson(value, self.n)
         return None

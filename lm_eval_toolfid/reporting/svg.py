@@ -72,7 +72,7 @@ def grouped_bars(title: str, categories: Sequence[str], series: Sequence[tuple[s
         body.append(f'<rect x="{lx}" y="{height - 16}" width="10" height="10" fill="{PALETTE[si % len(PALETTE)]}"/>'
                     f'<text x="{lx + 14}" y="{height - 7}">{esc(name)}</text>')
         lx += 18 + 7 * len(name)
-    return _svg(max(width, lx + 10), height, title, body)
+    return _svg(max(width, lx + 10, left + 8 * len(title)), height, title, body)
 
 
 def null_strip(title: str, values: Sequence[float], marks: Sequence[tuple[str, float]],
@@ -127,15 +127,15 @@ def _diverging(v: float) -> str:
 
 def heatmap(title: str, rows: Sequence[str], cols: Sequence[str], values: Sequence[Sequence[float | None]]) -> str:
     """Tools × adapters; each cell the change in validity rate (adapter − base) on that tool's cases."""
-    cell_w, cell_h = 78, 20
+    cell_w, cell_h = 96, 20
     left = min(220, 16 + 7 * max((len(r) for r in rows), default=4))
     top = 50
-    width = left + cell_w * max(1, len(cols)) + 20
+    width = max(left + cell_w * max(1, len(cols)) + 20, 520)
     height = top + cell_h * len(rows) + 30
     body = [f'<text x="8" y="16" font-size="13" font-weight="bold">{esc(title)}</text>']
     for ci, col in enumerate(cols):
         body.append(f'<text x="{left + ci * cell_w + cell_w / 2:.1f}" y="{top - 8}" text-anchor="middle">'
-                    f"{esc(col[:12])}</text>")
+                    f"{esc(col[:14])}</text>")
     for ri, row in enumerate(rows):
         y = top + ri * cell_h
         body.append(f'<text x="{left - 6}" y="{y + 14}" text-anchor="end">{esc(row[:30])}</text>')
