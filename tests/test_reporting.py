@@ -252,3 +252,53 @@ def test_progress_counts_views_cases_and_eta():
     assert "\r" not in out  # not a TTY: whole lines only
     line = progress.line()
     assert "4/4 cases" in line and "20 tok/s" in line and "ETA" in line
+
+
+def test_null_distribution_plot_from_a_real_calibration_file(tmp_path):
+    from lm_eval_toolfid.calibration import NullRun, fit
+    from lm_eval_toolfid.reporting import html
+
+    values = [0.2, 0.35, 0.5, 0.3]
+    runs = [NullRun(name=f"null_{i:02d}", seed=i, multiplier=m, n_cases=20,
+                    metrics={"json_valid_rate": v, "parse_rate": v, "hallucination_rate": 0.0,
+                             "validity_delta": v - 0.9})
+            for i, (v, m) in enumerate(zip(values + [0.1], [1.0, 1.0, 1.0, 1.0, 2.0]))]
+    cal = tmp_path / "calibration.json"
+    cal.write_text(fit(runs, {"case_set": "cs1"}).to_json())
+    results = write_run(tmp_path / "r" / "a1", _cases(1), verdict=verdict(gate("validity_delta", -0.2, False)))
+    data = json.loads(results.read_text())
+    data["configs"]["tool_use_fidelity_fixture"]["metadata"]["toolfid"]["calibration"] = str(cal)
+    results.write_text(json.dumps(data))
+    _, board, bds = collect([tmp_path / "r"])
+    page = html.render(board, bds)
+    assert page.count('class="null-run"') == len(values)  # the ×1 runs only
+    assert page.count('class="adapter-mark"') == 1 and "null distribution of json_valid_rate" in page
+    cal.unlink()  # not readable where the report is made: say so, do not fail
+    page = html.render(*collect([tmp_path / "r"])[1:])
+    assert "not readable here" in page and 'class="null-run"' not in page
+
+
+def test_report_and_compare_commands_in_every_format(tmp_path, capsys):
+    write_run(tmp_path / "r" / "a1", _cases(2), verdict=verdict(gate("validity_delta", -0.33, False)))
+    assert main(["report", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "a1: 6 cases" in out and "[regression] r0" in out and "schema_error:required 0→2" in out
+    for fmt, probe in [("markdown", "| a1 |"), ("csv", "validity_delta_ci_low"), ("json", '"rows"'),
+                       ("html", "<svg"), ("table", "FAIL")]:
+        target = tmp_path / f"board.{fmt}"
+        assert main(["compare", str(tmp_path / "r"), "--format", fmt, "--output", str(target)]) == 0
+        assert probe in target.read_text(), fmt
+
+
+def test_colour_only_on_a_tty_without_no_color(monkeypatch):
+    from lm_eval_toolfid.reporting.term import use_colour
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert use_colour(Tty()) and not use_colour(io.StringIO())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not use_colour(Tty())

@@ -196,7 +196,7 @@ def _clip(text: str | None, width: int) -> str:
 
 def format_text(b: Breakdown, worst: int = 3, tools: int = 5) -> str:
     """A compact terminal breakdown of one adapter run."""
-    lines = [f"{b.label}: {b.n} cases" + ("" if b.paired else " (unpaired: adapter only)")]
+    lines = [f"== {b.label}: {b.n} cases" + ("" if b.paired else " (unpaired: adapter only)")]
     if b.paired:
         changed = [t for t in b.tools if t.ft_valid != t.base_valid]
         if changed:
