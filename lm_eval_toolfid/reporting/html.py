@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 from .. import __version__
 from .breakdown import Breakdown, explain
-from .leaderboard import CI_IN_TABLE, Group, Leaderboard, Row, cell, columns, table_cells
+from .leaderboard import Group, Leaderboard, Row, table_cells
 from .svg import esc, grouped_bars, heatmap, null_strip
 
 CSS = """
