@@ -10,6 +10,7 @@ import contextlib
 import logging
 import sys
 import time
+import warnings
 from typing import IO, Any, Iterator
 
 
@@ -189,7 +190,10 @@ def quiet_lm_eval(progress: Progress, verbose: bool = False) -> Iterator[None]:
             import datasets
 
             datasets.disable_progress_bars()
-        yield
+        with warnings.catch_warnings():
+            # peft's note when a local base has no hub config; it changes nothing toolfid does
+            warnings.filterwarnings("ignore", message="Could not find a config file", category=UserWarning)
+            yield
     finally:
         for module, original in saved:
             module.tqdm = original
