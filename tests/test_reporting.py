@@ -302,3 +302,25 @@ def test_colour_only_on_a_tty_without_no_color(monkeypatch):
     assert use_colour(Tty()) and not use_colour(io.StringIO())
     monkeypatch.setenv("NO_COLOR", "1")
     assert not use_colour(Tty())
+
+
+def test_live_progress_redraws_one_line_on_a_terminal():
+    stream = io.StringIO()
+    progress = Progress(["base", "a"], stream=stream, live=True)
+    progress.view_started("base")
+    bar = _Bar(progress, total=2, desc="Running generate_until requests")
+    bar.update(1)
+    progress.message("a warning-free note")
+    out = stream.getvalue()
+    assert out.startswith("\r\x1b[Ktoolfid [1/2] base") and "\r\x1b[Ktoolfid: a warning-free note\n" in out
+
+
+def test_run_flag_combinations_are_refused_in_one_line(capsys):
+    from lm_eval_toolfid.bundled import fixture_paths
+
+    fix = fixture_paths()
+    assert main(["run", "--base", fix["base"], "--adapter", fix["adapters"]["faithful"], "--resume"]) == 4
+    assert "--resume needs --output" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # usage errors are input errors too: 4, never 2 ("undecided")
+        main(["run", "--base", fix["base"], "--adapter", fix["adapters"]["faithful"], "--batch-size", "0"])
+    assert exc.value.code == 4 and "batch size must be at least 1" in capsys.readouterr().err

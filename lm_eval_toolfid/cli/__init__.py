@@ -11,9 +11,9 @@ import logging
 import os
 import sys
 import warnings
-from typing import Sequence
+from typing import NoReturn, Sequence
 
-from ..errors import guard
+from ..errors import EXIT_INPUT, guard
 from . import calibrate, compare, demo, fixtures, gate, lm_eval, report, run, tasks_path
 
 COMMANDS = (run, demo, compare, report, gate, calibrate, fixtures, tasks_path, lm_eval)
@@ -35,8 +35,16 @@ def _version() -> str:
         return __version__
 
 
+class Parser(argparse.ArgumentParser):
+    """Usage errors exit 4 (input error), not argparse's 2 (which means "undecided" here)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="toolfid", description=DESCRIPTION, epilog=EPILOG)
+    parser = Parser(prog="toolfid", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"toolfid {_version()}",
                         help="print the version and exit")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
