@@ -324,3 +324,14 @@ def test_run_flag_combinations_are_refused_in_one_line(capsys):
     with pytest.raises(SystemExit) as exc:  # usage errors are input errors too: 4, never 2 ("undecided")
         main(["run", "--base", fix["base"], "--adapter", fix["adapters"]["faithful"], "--batch-size", "0"])
     assert exc.value.code == 4 and "batch size must be at least 1" in capsys.readouterr().err
+
+
+def test_a_scored_copy_replaces_its_source(tmp_path):
+    src = write_run(tmp_path / "r" / "a1", _cases(0), verdict=verdict(gate("validity_delta", 0.0, True)))
+    data = json.loads(src.read_text())
+    data["toolfid_score"] = {"json_valid_z": -4.2, "verdict": verdict(gate("json_valid_z", -4.2, False, ">=", 3.0))}
+    src.with_name("results.scored.json").write_text(json.dumps(data))
+    runs, notes = load_runs([tmp_path / "r"])
+    assert len(runs) == 1 and runs[0].source.name == "results.scored.json" and len(notes) == 1
+    assert runs[0].verdict_label == "FAIL" and runs[0].metrics["json_valid_z"] == -4.2
+    assert runs[0].samples_path == src.with_name("samples.jsonl")
