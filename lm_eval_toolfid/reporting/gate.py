@@ -40,10 +40,6 @@ def summary_lines(runs: list[Run]) -> list[str]:
     return lines
 
 
-def _case_name(run: Run) -> str:
-    return f"{run.label}"
-
-
 def junit_xml(runs: list[Run]) -> bytes:
     """JUnit XML: a testsuite per adapter, a testcase per gate; failure for failed, skipped for undecided."""
     suites = ET.Element("testsuites", name="toolfid")
