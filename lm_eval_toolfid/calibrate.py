@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -476,97 +475,3 @@ def score_results(results_path: str, calibration_path: str, out: Path | None = N
     atomic_write_text(target, json.dumps(results, indent=2, default=str))
     return target, scored
 
-
-# --- CLI -----------------------------------------------------------------------------------
-
-def _multipliers(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"multipliers must be numbers, e.g. 0.5,1,2 (got {text!r})") from None
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError("multipliers must be positive")
-    return values
-
-
-def cmd_make_null(args: argparse.Namespace) -> int:
-    paths = make_null_adapters(args.like, args.runs, args.out, seed=args.seed, multipliers=args.multipliers,
-                               base=getattr(args, "base", None))
-    print(json.dumps([str(p) for p in paths], indent=1))
-    return 0
-
-
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    from .cli import _metadata
-
-    out = Path(args.out)
-    if args.from_results:
-        scan = scan_results(args.from_results, args.task)
-        print(scan.describe())
-        calibration = calibrate_from_results(args.from_results, out, args.task, scan=scan)
-    else:
-        if not (args.base and args.adapter):
-            raise ToolfidError("calibrate needs --base and --adapter (or --from-results RESULTS_DIR...)")
-        calibration = calibrate_in_process(args.base, args.adapter, args.runs, out, args.task, _metadata(args),
-                                           seed=args.seed, batch_size=args.batch_size, multipliers=args.multipliers,
-                                           null_dir=Path(args.null_dir) if args.null_dir else None)
-    for mult, fits in calibration.fits.items():
-        f = fits["json_valid_rate"]
-        floor = " (std floored)" if f.floor_used else ""
-        print(f"x{mult}: json_valid_rate null mean {f.mean:.3f} std {f.std_used:.4f}{floor}  "
-              f"validity_delta mean {fits['validity_delta'].mean:+.3f}  n={f.n}")
-    k = calibration.reference_fit["json_valid_rate"].n
-    if 1.0 / (k + 1) > DEFAULT_ALPHA:
-        print(f"note: K={k} null runs per multiplier cannot show a rank p ≤ {DEFAULT_ALPHA:g}; "
-              f"use --runs ≥ {min_runs(DEFAULT_ALPHA)} for the rank p-value")
-    print(f"wrote {out}")
-    return 0
-
-
-def cmd_score(args: argparse.Namespace) -> int:
-    target, scored = score_results(args.results, args.calibration, Path(args.output) if args.output else None,
-                                   alpha=getattr(args, "alpha", DEFAULT_ALPHA))
-    verdict = scored["verdict"]
-    label = verdict.get("label") or label_of(verdict["passed"])
-    rank_p = scored["null"]["rank_p"]
-    print(f"json_valid_z {scored['json_valid_z']:+.2f}  rank p {rank_p if rank_p is None else format(rank_p, '.3g')}"
-          f"  verdict {label}  "
-          + "; ".join(verdict.get("notes", [])))
-    print(f"wrote {target}")
-    return 0
-
-
-def add_calibration_commands(sub: Any) -> None:
-    mk = sub.add_parser("make-null-adapters", help="write random adapters shaped like a real one")
-    mk.add_argument("--like", required=True, help="the real PEFT LoRA adapter")
-    mk.add_argument("--runs", type=int, default=8, help="null adapters per multiplier")
-    mk.add_argument("--out", required=True)
-    mk.add_argument("--seed", type=int, default=0)
-    mk.add_argument("--multipliers", type=_multipliers, default=DEFAULT_MULTIPLIERS)
-    mk.add_argument("--base", help="the base model (needed for DoRA magnitudes and modules_to_save copies; "
-                                   "default: the adapter config's base_model_name_or_path)")
-    mk.set_defaults(func=cmd_make_null)
-
-    cal = sub.add_parser("calibrate", help="fit the null distribution (in one process, or from lm_eval results)")
-    cal.add_argument("--base")
-    cal.add_argument("--adapter", help="the real adapter the nulls imitate")
-    cal.add_argument("--runs", type=int, default=8)
-    cal.add_argument("--out", required=True)
-    cal.add_argument("--seed", type=int, default=0)
-    cal.add_argument("--multipliers", type=_multipliers, default=DEFAULT_MULTIPLIERS)
-    cal.add_argument("--task", default="tool_use_fidelity")
-    cal.add_argument("--null-dir", help="where to write the null adapters (default: beside --out)")
-    cal.add_argument("--from-results", nargs="+", help="lm-eval results files/folders of null-adapter runs")
-    cal.add_argument("--cases")
-    cal.add_argument("--demos", type=int)
-    cal.add_argument("--metadata")
-    cal.add_argument("--reference-dir", dest="reference_dir")
-    cal.add_argument("--batch-size", default=16, type=lambda s: s if s == "auto" else int(s))
-    cal.set_defaults(func=cmd_calibrate)
-
-    sc = sub.add_parser("score", help="add z and the verdict to existing lm-eval results (new file)")
-    sc.add_argument("results", help="an lm-eval results JSON (or a folder: its newest results*.json)")
-    sc.add_argument("--calibration", required=True)
-    sc.add_argument("--output")
-    sc.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="level of the empirical rank p-value")
-    sc.set_defaults(func=cmd_score)

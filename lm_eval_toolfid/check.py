@@ -231,20 +231,20 @@ def _line(item: dict[str, Any]) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     checked = collect(args)
     items = [c.as_dict() for c in checked]
-    summary = summarize([pair(c.case.id, c.outcome, None) for c in checked]) if len(checked) > 1 else None
+    summary = summarize([pair(c.case, c.outcome, None) for c in checked]) if len(checked) > 1 else None
     if args.json:
         if summary is None:
             print(json.dumps(items[0], indent=2, ensure_ascii=False, default=str))
         else:
-            print(json.dumps({"results": items, "summary": summary.model_dump(mode="json")}, indent=2,
-                             ensure_ascii=False, default=str))
+            flat = {"n": summary.n, **summary.metrics, "outcome_counts": summary.outcome_counts}
+            print(json.dumps({"results": items, "summary": flat}, indent=2, ensure_ascii=False, default=str))
     else:
         for item in items:
             print(_line(item))
         if summary is not None:
             counts = ", ".join(f"{k} {v}" for k, v in summary.outcome_counts.items())
-            print(f"\n{summary.n} generations: json_valid_rate {summary.json_valid_rate:.3f}, parse_rate "
-                  f"{summary.parse_rate:.3f}, hallucination_rate {summary.hallucination_rate:.3f} ({counts})")
+            rates = ", ".join(f"{k} {v:.3f}" for k, v in summary.metrics.items() if v is not None)
+            print(f"\n{summary.n} generations: {rates} ({counts})")
     return 0 if all(c.outcome.valid for c in checked) else 1
 
 

@@ -18,8 +18,11 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-EXIT_USER_ERROR = 4
-EXIT_INTERNAL_ERROR = 5
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_UNDECIDED = 2
+EXIT_USER_ERROR = EXIT_INPUT = 4
+EXIT_INTERNAL_ERROR = EXIT_INTERNAL = 5
 EXIT_INTERRUPTED = 130
 
 

@@ -20,6 +20,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a written file gets the usual mode
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -32,6 +33,12 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
             pass
         raise
     return target
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

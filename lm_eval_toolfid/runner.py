@@ -20,6 +20,10 @@ from typing import Any, Iterator
 
 from .bundled import tasks_path
 from .errors import ToolfidError
+from .fsutil import atomic_write_json, atomic_write_text
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "toolfid-view/1"
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -63,19 +67,28 @@ class ModelSession:
     """A base model loaded once, with any number of adapters attached by name."""
 
     def __init__(self, base: str, first_adapter: str, batch_size: int | str = 16, device: str | None = None,
-                 dtype: str | None = None) -> None:
+                 dtype: str | None = None, progress: Any = None, verbose: bool = True) -> None:
         from lm_eval.models.huggingface import HFLM
+
+        from .reporting.progress import count_tokens, quiet_lm_eval
 
         check_base(base)
         check_adapter(first_adapter, base)
         self.base = base
+        self.progress = progress
+        self.verbose = verbose or progress is None
         import torch
 
         kwargs: dict[str, Any] = {"pretrained": base, "peft": first_adapter, "batch_size": batch_size,
                                   "device": device or ("cuda" if torch.cuda.is_available() else "cpu")}
         if dtype:
             kwargs["dtype"] = dtype
-        self.lm = HFLM(**kwargs)
+        if progress is not None:
+            progress.message(f"loading {base} on {kwargs['device']}")
+        with quiet_lm_eval(progress, self.verbose) if progress is not None else contextlib.nullcontext():
+            self.lm = HFLM(**kwargs)
+        if progress is not None:
+            count_tokens(self.lm, progress)
         self.model_args = {"pretrained": base, **({"dtype": dtype} if dtype else {})}
         self.adapters: dict[str, str] = {"default": first_adapter}
         self.active = "default"
@@ -109,50 +122,128 @@ class ModelSession:
         # "fatal: not a git repository" outside one); toolfid records its own provenance instead.
         lm_eval.evaluator.get_git_commit_hash = lambda: None
 
+        from .reporting.progress import quiet_lm_eval
+
         model_args = dict(self.model_args, **({"peft": adapter} if adapter else {}))
         meta = {**model_args, **metadata}
-        manager = TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
-        out = simple_evaluate(model=self.lm, model_args=model_args, tasks=[task], task_manager=manager,
-                              log_samples=True, bootstrap_iters=0)
+        if self.progress is not None:
+            self.progress.view_started(label)
+        with quiet_lm_eval(self.progress, self.verbose) if self.progress is not None else contextlib.nullcontext():
+            manager = TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
+            out = simple_evaluate(model=self.lm, model_args=model_args, tasks=[task], task_manager=manager,
+                                  log_samples=True, bootstrap_iters=0)
         if out is None:
             raise ToolfidError("lm-eval returned no results")
         samples = out.pop("samples", {}).get(task, [])
         view = ViewResult(label=label, adapter=adapter, results=out, samples=samples)
         if out_dir is not None:
-            view.path = save_view(view, out_dir)
+            view.path = save_view(view, out_dir, manifest=view_manifest(self.base, adapter, task, metadata,
+                                                                        self.model_args))
+        if self.progress is not None:
+            self.progress.view_finished(label, len(samples))
         return view
 
 
-def save_view(view: ViewResult, out_dir: Path) -> Path:
-    """Write a view's results and samples at once, so nothing is lost if a later view fails."""
+def view_manifest(base: str, adapter: str | None, task: str, metadata: dict[str, Any],
+                  model_args: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a saved view was computed from; ``--resume`` reuses a view only when all of it matches."""
+    from . import __version__
+    from .pairing import dir_fingerprint
+
+    def fingerprint(path: str | None) -> str | None:
+        if not path:
+            return None
+        p = Path(path).expanduser()
+        return dir_fingerprint(p) if p.exists() else None
+
+    return json.loads(json.dumps({
+        "format": MANIFEST_FORMAT,
+        "base": base, "base_fingerprint": fingerprint(base),
+        "adapter": adapter, "adapter_fingerprint": fingerprint(adapter),
+        "task": task, "settings": metadata,
+        "model_args": {k: v for k, v in (model_args or {}).items() if k != "pretrained"},
+        "toolfid_version": __version__,
+    }, sort_keys=True, default=str))
+
+
+def save_view(view: ViewResult, out_dir: Path, manifest: dict[str, Any] | None = None) -> Path:
+    """Write a view's results and samples at once, so nothing is lost if a later view fails.
+
+    The manifest is written last: a view folder with a manifest is complete.
+    """
     folder = out_dir / view.label
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").write_text(json.dumps(view.results, indent=2, default=str), encoding="utf-8")
-    with (folder / "samples.jsonl").open("w", encoding="utf-8") as fh:
-        for sample in view.samples:
-            fh.write(json.dumps(sample, default=str, ensure_ascii=False) + "\n")
+    atomic_write_text(folder / "samples.jsonl", "".join(
+        json.dumps(sample, default=str, ensure_ascii=False) + "\n" for sample in view.samples))
+    atomic_write_json(folder / "results.json", view.results)
+    if manifest is not None:
+        atomic_write_json(folder / MANIFEST, manifest)
     return folder / "results.json"
+
+
+def load_saved_view(out_dir: Path, label: str, manifest: dict[str, Any]) -> ViewResult | None:
+    """A finished view from an earlier run with the same manifest, else None (it must be run again)."""
+    folder = out_dir / label
+    try:
+        saved = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if saved != manifest or not isinstance(results, dict) or not (folder / "samples.jsonl").is_file():
+        return None
+    if manifest.get("adapter") is None:  # adapter views pair with the reference this base view stored
+        written = None
+        for cfg in (results.get("configs") or {}).values():
+            written = ((cfg or {}).get("metadata") or {}).get("toolfid", {}).get("reference_written") or written
+        if not written or not Path(written).is_file():
+            return None
+    return ViewResult(label=label, adapter=manifest.get("adapter"), results=results, path=folder / "results.json")
 
 
 def run_views(base: str, adapters: dict[str, str], task: str, metadata: dict[str, Any],
               batch_size: int | str = 16, out_dir: Path | None = None,
               session: ModelSession | None = None,
-              base_view: ViewResult | None = None) -> tuple[ViewResult, list[ViewResult]]:
+              base_view: ViewResult | None = None, *, device: str | None = None, dtype: str | None = None,
+              progress: Any = None, verbose: bool = True,
+              resume: bool = False) -> tuple[ViewResult, list[ViewResult]]:
     """Base view once, then every adapter view, all on one loaded model.
 
     ``session`` reuses an already loaded model whose ``default`` adapter is the first adapter;
     ``base_view`` reuses a base view that session already ran (its reference is in the store).
+    ``resume`` (with ``out_dir``) reuses views already saved there with an identical manifest;
+    when every view is saved, no model is loaded at all.
     """
     for path in adapters.values():
         check_adapter(path, base)
     names = list(adapters)
-    session = session or ModelSession(base, adapters[names[0]], batch_size=batch_size)
+    model_args = {"pretrained": base, **({"dtype": dtype} if dtype else {})}
+    done: dict[str, ViewResult] = {}
+    if resume and out_dir is not None:
+        for label, adapter in [("base", None), *adapters.items()]:
+            found = load_saved_view(out_dir, label, view_manifest(base, adapter, task, metadata, model_args))
+            if found is not None:
+                done[label] = found
+    if base_view is None and "base" in done:
+        base_view = done["base"]
+        if progress is not None:
+            progress.view_skipped("base", f"reusing {base_view.path}")
+    todo = [n for n in names if n not in done]
+    for name in names:
+        if name in done and progress is not None:
+            progress.view_skipped(name, f"reusing {done[name].path}")
+    if base_view is not None and not todo:
+        return base_view, [done[n] for n in names]
+    if session is None:
+        session = ModelSession(base, adapters[names[0]], batch_size=batch_size, device=device, dtype=dtype,
+                               progress=progress, verbose=verbose)
     for name in names[1:]:
         session.add_adapter(name, adapters[name])
     if base_view is None:
         base_view = evaluate_base(session, task, metadata, out_dir)
     views = []
     for i, name in enumerate(names):
+        if name in done:
+            views.append(done[name])
+            continue
         session.activate("default" if i == 0 else name)
         views.append(session.evaluate(task, metadata, adapter=adapters[name], label=name, out_dir=out_dir))
     return base_view, views

@@ -187,7 +187,7 @@ def test_problems_are_one_line_with_file_and_line(tmp_path, capsys):
     with pytest.raises(ToolfidError, match="not supported"):
         convert(tmp_path / "BFCL_v4_multi_turn_base.json")
 
-    assert cli.main(["import-bfcl", str(q), "--output", str(tmp_path / "o.jsonl")]) == 2
+    assert cli.main(["import-bfcl", str(q), "--output", str(tmp_path / "o.jsonl")]) == 4
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs its answers file" in err and not (tmp_path / "o.jsonl").exists()
 

@@ -1,0 +1,90 @@
+"""Helpers shared by the command modules (argument types, --metadata, adapter specs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import ToolfidError
+
+FIXTURE_TASK = "tool_use_fidelity_fixture"
+DEFAULT_TASK = "tool_use_fidelity"
+
+
+def batch_size(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"batch size must be a positive integer or 'auto' (got {text!r})") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("batch size must be at least 1")
+    return value
+
+
+def metadata_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """``--metadata`` JSON plus the dedicated flags (``--cases``, ``--demos``, ``--reference-dir``)."""
+    meta: dict[str, Any] = {}
+    if getattr(args, "metadata", None):
+        try:
+            meta = json.loads(args.metadata)
+        except ValueError as exc:
+            raise ToolfidError(f"--metadata is not valid JSON: {exc}") from None
+        if not isinstance(meta, dict):
+            raise ToolfidError("--metadata must be a JSON object")
+    for key in ("cases", "demos", "reference_dir"):
+        value = getattr(args, key, None)
+        if value is not None:
+            meta[key] = value
+    return meta
+
+
+def parse_adapters(specs: Sequence[str]) -> dict[str, str]:
+    """``name=path`` or ``path`` (named after its folder)."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            name, path = Path(spec.rstrip("/")).name, spec
+        if name in out or name == "base":
+            raise ToolfidError(f"adapter name {name!r} used twice (or reserved); name them: --adapter NAME=PATH")
+        out[name] = path
+    return out
+
+
+def out_dir(output: str | None) -> Path:
+    if output:
+        return Path(output)
+    return Path("runs") / time.strftime("toolfid-%Y%m%dT%H%M%S")
+
+
+def add_task_settings(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cases", help="case file (JSONL), or 'default' / 'fixture'")
+    p.add_argument("--demos", type=int, help="number of demonstrations in the prompt")
+    p.add_argument("--metadata", help="extra task settings as JSON (same keys as lm_eval --metadata)")
+    p.add_argument("--reference-dir", dest="reference_dir", help="where base references are stored")
+
+
+def add_model_options(p: argparse.ArgumentParser, batch_default: int | str | None = 16) -> None:
+    p.add_argument("--batch-size", default=batch_default, type=batch_size,
+                   help="generation batch size, or 'auto' (default %(default)s)")
+    p.add_argument("--device", help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if available)")
+    p.add_argument("--dtype", help="model dtype, e.g. float32, bfloat16, float16 (default: the model's own)")
+
+
+def add_output_option(p: argparse.ArgumentParser, help_text: str, required: bool = False,
+                      legacy_out: bool = False) -> None:
+    """``--output`` everywhere; ``--out`` stays accepted (hidden) where it existed before."""
+    p.add_argument("--output", help=help_text + (" (required)" if required else ""))
+    if legacy_out:
+        p.add_argument("--out", dest="output", help=argparse.SUPPRESS)
+
+
+def require_output(args: argparse.Namespace, command: str) -> Path:
+    if not getattr(args, "output", None):
+        raise ToolfidError(f"{command} needs --output PATH")
+    return Path(args.output)

@@ -1,0 +1,27 @@
+"""``toolfid demo``: ``toolfid run`` on the bundled fixture model and its three adapters."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..bundled import fixture_paths
+from .common import FIXTURE_TASK
+from .run import add_run_options, cmd_run
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything the demo loads ships in the package
+    paths = fixture_paths()
+    args.base = paths["base"]
+    args.adapter = [f"{name}={path}" for name, path in paths["adapters"].items()]  # type: ignore[union-attr]
+    args.task = FIXTURE_TASK
+    return cmd_run(args)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="toolfid run on the bundled fixture model and its three adapters",
+                       description="toolfid run on the bundled tiny fixture model and its three adapters "
+                                   "(faithful, hallucinating, broken); runs offline.")
+    add_run_options(p)
+    p.set_defaults(func=cmd_demo)

@@ -1,0 +1,34 @@
+"""``toolfid gate RESULTS...``: exit 0 if every adapter passes, 1 if any fails, 2 if undecided."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def gate_runs(runs, junit: str | None) -> int:  # type: ignore[no-untyped-def]
+    from ..reporting.gate import exit_code, summary_lines, write_junit
+
+    code = exit_code(runs)
+    for line in summary_lines(runs):
+        print(line, file=sys.stderr)
+    if junit:
+        write_junit(runs, junit)
+        print(f"wrote {junit}", file=sys.stderr)
+    return code
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from ..reporting.load import load_runs
+
+    runs, _ = load_runs(args.paths)
+    return gate_runs(runs, args.junit)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("gate", help="CI gate: exit 0 all pass, 1 any fail, 2 undecided; --junit for CI reports",
+                       description="Exit 0 when every adapter run passes its verdict, 1 when any fails, 2 when "
+                                   "some are undecided and none failed (4: bad input).")
+    p.add_argument("paths", nargs="+", metavar="RESULTS", help="results files or folders (searched recursively)")
+    p.add_argument("--junit", metavar="FILE", help="write JUnit XML: one testcase per adapter × gate")
+    p.set_defaults(func=cmd_gate)

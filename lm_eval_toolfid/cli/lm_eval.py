@@ -1,0 +1,47 @@
+"""``toolfid lm-eval ...``: lm_eval with this package's task folder on the include path."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..bundled import tasks_path
+
+
+def _check_model_args(argv: list[str]) -> None:
+    """Fail fast, in one line, on a missing base or a broken adapter before lm-eval loads anything."""
+    from ..runner import check_adapter, check_base
+
+    for flag in ("--model_args", "--model-args"):
+        if flag in argv and argv.index(flag) + 1 < len(argv):
+            pairs = dict(p.partition("=")[::2] for p in argv[argv.index(flag) + 1].split(",") if "=" in p)
+            if pairs.get("pretrained"):
+                check_base(pairs["pretrained"])
+            if pairs.get("peft"):
+                check_adapter(pairs["peft"], pairs.get("pretrained"))
+
+
+def cmd_lm_eval(args: argparse.Namespace) -> int:
+    from lm_eval.__main__ import cli_evaluate
+
+    argv = list(args.lm_eval_args)
+    _check_model_args(argv)
+    if "--include_path" not in argv and "--include-path" not in argv:
+        argv += ["--include_path", str(tasks_path())]
+    sys.argv = ["lm_eval", *argv]
+    try:
+        cli_evaluate()
+    except SystemExit as exc:  # lm_eval's own usage errors and exits keep their code
+        code = exc.code
+        if isinstance(code, str):
+            print(code, file=sys.stderr)
+            return 4
+        return int(code or 0)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("lm-eval", help="run lm_eval with this package's tasks included (all flags pass through)",
+                       add_help=False)
+    p.add_argument("lm_eval_args", nargs=argparse.REMAINDER, help="arguments for lm_eval")
+    p.set_defaults(func=cmd_lm_eval)

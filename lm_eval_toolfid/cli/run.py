@@ -1,0 +1,180 @@
+"""``toolfid run``: evaluate the base and every adapter in one process, print verdicts and breakdowns."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import EXIT_INTERRUPTED, ToolfidError
+from .common import (
+    DEFAULT_TASK,
+    add_model_options,
+    add_output_option,
+    add_task_settings,
+    metadata_from_args,
+    out_dir,
+    parse_adapters,
+)
+
+
+def _paint_verdicts(table: str) -> str:
+    from ..reporting.term import use_colour
+
+    if not use_colour(sys.stdout):
+        return table
+    codes = {" PASS ": "32;1", " FAIL ": "31;1", " UNDECIDED ": "33;1"}
+    lines = []
+    for line in table.splitlines():
+        for word, code in codes.items():
+            if word in line:
+                line = line.replace(word, f" \x1b[{code}m{word.strip()}\x1b[0m ", 1)
+                break
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _resume_hint(args: argparse.Namespace, out: Path) -> str:
+    argv = list(getattr(args, "argv", []) or [])
+    if "--output" not in argv and "--out" not in argv:
+        argv += ["--output", str(out)]
+    if "--resume" not in argv:
+        argv.append("--resume")
+    return "toolfid " + shlex.join(argv)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ..reporting.progress import Progress
+
+    adapters = parse_adapters(args.adapter)
+    if args.resume and not args.output:
+        raise ToolfidError("--resume needs --output DIR: the folder of the run to resume")
+    if args.resume and args.null_runs:
+        raise ToolfidError("--resume cannot be combined with --null-runs: calibrate once with toolfid calibrate, "
+                           "then pass --metadata '{\"calibration\": FILE}'")
+    out = out_dir(args.output)
+    metadata = metadata_from_args(args)
+    if metadata.get("cases"):  # a bad case file fails in one line before any model loads
+        from ..cases import load_cases
+
+        load_cases(metadata["cases"])
+    views = ["base", *adapters]
+    progress = Progress(views, live=False if args.verbose else None)
+    try:
+        base_view, adapter_views = _run(args, adapters, out, metadata, progress)
+    except KeyboardInterrupt:
+        progress.close()
+        saved = sorted(p.parent.name for p in out.glob("*/manifest.json"))
+        print(f"\ntoolfid: interrupted; finished views kept in {out}/ ({', '.join(saved) or 'none yet'}). "
+              f"Resume with: {_resume_hint(args, out)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return _finish(args, out, base_view, adapter_views)
+
+
+def _run(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any],
+         progress: Any) -> tuple[Any, list[Any]]:
+    from ..runner import ModelSession, evaluate_base, run_views
+
+    session = base_view = None
+    if args.null_runs:
+        from ..calibrate import DEFAULT_MULTIPLIERS, calibrate_in_process
+        from ..calibration import adapter_shape
+
+        shapes = {adapter_shape(p)["hash"] for p in adapters.values()}
+        if len(shapes) > 1:
+            raise ToolfidError("--null-runs calibrates one adapter shape; these adapters differ in shape: "
+                               "calibrate them in separate runs")
+        from ..calibration import adapter_update_norm, norms_agree
+
+        norms = {name: adapter_update_norm(p) for name, p in adapters.items()}
+        first_norm = next(iter(norms.values()))
+        if not all(norms_agree(first_norm, v) for v in norms.values()):
+            raise ToolfidError("--null-runs calibrates one adapter update norm; these adapters differ ("
+                               + ", ".join(f"{k} {v:.3g}" for k, v in norms.items()) + "): run each with --null-runs")
+        progress.views = ["base", *(f"null_{i:02d}" for i in range(args.null_runs * len(DEFAULT_MULTIPLIERS))),
+                          *adapters]
+        progress.to_generate_views = len(progress.views)
+        first = next(iter(adapters.values()))
+        session = ModelSession(args.base, first, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
+                               progress=progress, verbose=args.verbose)
+        base_view = evaluate_base(session, args.task, metadata, out)
+        calib_path = out / "calibration.json"
+        calibrate_in_process(args.base, first, args.null_runs, calib_path, args.task, metadata, seed=args.seed,
+                             session=session, run_base=False)
+        metadata["calibration"] = str(calib_path)
+    return run_views(args.base, adapters, args.task, metadata, batch_size=args.batch_size, out_dir=out,
+                     session=session, base_view=base_view, device=args.device, dtype=args.dtype, progress=progress,
+                     verbose=args.verbose, resume=args.resume)
+
+
+def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any]) -> int:
+    from ..report import format_table, row_from_results
+    from ..reporting.load import read_run
+
+    rows = [row_from_results(v.results, v.label, args.task) for v in views]
+    base_row = row_from_results(base_view.results, "base", args.task)
+    if args.json:
+        print(json.dumps({"base": base_row.metrics, "adapters": {r.label: {"metrics": r.metrics, **r.toolfid}
+                                                                   for r in rows}}, indent=2, default=str))
+    else:
+        valid = base_row.metric("json_valid_rate")
+        print(f"\n{args.task} — base {args.base} (json_valid_rate {'—' if valid is None else f'{valid:.3f}'}, "
+              f"{base_row.toolfid.get('n_cases')} cases)\n")
+        print(_paint_verdicts(format_table(rows, valid)))
+    runs = [read_run(v.path) for v in views if v.path is not None]
+    if not args.json and not args.no_breakdown:
+        from ..reporting.breakdown import breakdown, format_text
+
+        base_runs = [read_run(base_view.path)] if base_view.path is not None else []
+        for run in runs:
+            b = breakdown(run, base_runs)
+            if b is not None:
+                print("\n" + format_text(b, worst=3))
+    if args.html:
+        from ..fsutil import atomic_write_text
+        from ..reporting import collect, html
+
+        _, board, breakdowns = collect([out])
+        atomic_write_text(args.html, html.render(board, breakdowns))
+        print(f"wrote {args.html}", file=sys.stderr)
+    if not args.json:
+        print(f"\nresults and per-case samples: {out}/  (toolfid report {out} --html report.html)")
+    code = 0
+    if args.gate or args.junit:
+        from .gate import gate_runs
+
+        gated = gate_runs(runs, args.junit)
+        code = gated if args.gate else 0
+    return code
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    add_task_settings(p)
+    add_model_options(p)
+    add_output_option(p, "folder for results and samples (default runs/toolfid-<time>)")
+    p.add_argument("--null-runs", type=int, default=0, help="calibrate with K null adapters per multiplier first")
+    p.add_argument("--seed", type=int, default=0, help="seed of the null adapters (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table (stdout)")
+    p.add_argument("--gate", action="store_true",
+                   help="exit 1 if any adapter fails its verdict, 2 if any is undecided (and none failed)")
+    p.add_argument("--junit", metavar="FILE", help="write JUnit XML (one testcase per adapter × gate)")
+    p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report")
+    p.add_argument("--resume", action="store_true",
+                   help="with --output DIR: reuse views already saved there for the same base, adapter, task and "
+                        "settings; run only the rest")
+    p.add_argument("--verbose", action="store_true", help="show lm-eval's own progress bars and INFO logs")
+    p.add_argument("--no-breakdown", action="store_true", help="print only the verdict table")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="evaluate base and adapter(s) in one process, print verdicts",
+                       description="Load the base once, run the task on the base and on every adapter, "
+                                   "print the verdict table and breakdowns.")
+    p.add_argument("--base", required=True, help="base model: local dir or hub id")
+    p.add_argument("--adapter", required=True, action="append", help="PEFT adapter dir, or NAME=DIR (repeatable)")
+    p.add_argument("--task", default=DEFAULT_TASK, help="task name (default %(default)s)")
+    add_run_options(p)
+    p.set_defaults(func=cmd_run)

@@ -1,0 +1,224 @@
+"""One progress display for a whole ``toolfid run`` (views × cases, tokens/s, ETA) on stderr.
+
+lm-eval draws a tqdm bar per view and logs at INFO; :func:`quiet_lm_eval` swaps those bars for
+this display and raises lm-eval's log level for the duration (``--verbose`` keeps them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+import warnings
+from typing import IO, Any, Iterator
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds + 0.5))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
+        else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class Progress:
+    """Counts cases across views; live one-line display on a TTY, one line per view otherwise."""
+
+    def __init__(self, views: list[str], stream: IO[str] | None = None, live: bool | None = None,
+                 enabled: bool = True) -> None:
+        self.views = list(views)
+        self.stream = stream or sys.stderr
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)()) if live is None else live
+        self.enabled = enabled
+        self.cases_per_view: int | None = None
+        self.view_index = 0
+        self.current = ""
+        self.view_done = 0
+        self.view_total = 0
+        self.generated = 0  # cases generated in this run (skipped views excluded)
+        self.to_generate_views = len(self.views)
+        self.tokens = 0
+        self.gen_seconds = 0.0
+        self._view_t0 = 0.0
+        self._last_draw = 0.0
+        self.started = time.monotonic()
+
+    # --- events --------------------------------------------------------------------------
+
+    def message(self, text: str) -> None:
+        if not self.enabled:
+            return
+        self._clear()
+        print(f"toolfid: {text}", file=self.stream, flush=True)
+
+    def view_started(self, label: str) -> None:
+        self.current = label
+        self.view_index += 1
+        self.view_done = 0
+        self.view_total = self.cases_per_view or 0
+        self._view_t0 = time.monotonic()
+        self._draw(force=True)
+
+    def view_skipped(self, label: str, reason: str) -> None:
+        self.to_generate_views -= 1
+        self.view_index += 1
+        self.message(f"[{self.view_index}/{len(self.views)}] {label}: {reason}")
+
+    def requests(self, total: int) -> None:
+        """A generation pass over ``total`` requests begins (one per case)."""
+        self.view_total = total
+        if self.cases_per_view is None:
+            self.cases_per_view = total
+        self._draw(force=True)
+
+    def advance(self, n: int = 1) -> None:
+        self.view_done += n
+        self.generated += n
+        self._draw()
+
+    def add_tokens(self, n: int, seconds: float) -> None:
+        self.tokens += n
+        self.gen_seconds += seconds
+
+    def view_finished(self, label: str, n_cases: int | None = None) -> None:
+        seconds = time.monotonic() - self._view_t0
+        rate = f", {self.tokens / self.gen_seconds:.0f} tok/s so far" if self.gen_seconds > 0 else ""
+        self.message(f"[{self.view_index}/{len(self.views)}] {label}: {n_cases if n_cases is not None else self.view_done}"
+                     f" cases in {_clock(seconds)}{rate}")
+
+    def close(self) -> None:
+        self._clear()
+
+    # --- drawing -------------------------------------------------------------------------
+
+    def eta(self) -> float | None:
+        if not self.cases_per_view or not self.generated:
+            return None
+        total = self.cases_per_view * self.to_generate_views
+        elapsed = time.monotonic() - self.started
+        return elapsed / self.generated * max(0, total - self.generated)
+
+    def line(self) -> str:
+        parts = [f"[{self.view_index}/{len(self.views)}] {self.current}"]
+        if self.view_total:
+            parts.append(f"{self.view_done}/{self.view_total} cases")
+        if self.gen_seconds > 0:
+            parts.append(f"{self.tokens / self.gen_seconds:.0f} tok/s")
+        eta = self.eta()
+        if eta is not None:
+            parts.append(f"ETA {_clock(eta)}")
+        return "toolfid " + " · ".join(parts)
+
+    def _draw(self, force: bool = False) -> None:
+        if not (self.enabled and self.live):
+            return
+        now = time.monotonic()
+        if not force and now - self._last_draw < 0.1:
+            return
+        self._last_draw = now
+        self.stream.write("\r\x1b[K" + self.line())
+        self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.enabled and self.live and self._last_draw:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+class _Bar:
+    """Stands in for tqdm inside lm-eval: generation bars feed :class:`Progress`, others are silent."""
+
+    def __init__(self, progress: Progress, iterable: Any = None, total: int | None = None, desc: str = "",
+                 **_: Any) -> None:
+        self.iterable = iterable
+        self.progress = progress
+        self.feeds = "generate_until" in (desc or "")
+        if self.feeds:
+            progress.requests(int(total if total is not None else len(iterable)))
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self.iterable or ():
+            yield item
+            if self.feeds:
+                self.progress.advance(1)
+
+    def update(self, n: int = 1) -> None:
+        if self.feeds:
+            self.progress.advance(n)
+
+    def close(self) -> None:
+        pass
+
+    def set_description(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def set_postfix(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def __enter__(self) -> _Bar:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        pass
+
+
+_TQDM_MODULES = ("lm_eval.models.huggingface", "lm_eval.api.task", "lm_eval.api.model")
+
+
+@contextlib.contextmanager
+def quiet_lm_eval(progress: Progress, verbose: bool = False) -> Iterator[None]:
+    """lm-eval's bars feed ``progress`` and its INFO logs are muted, for the duration."""
+    if verbose:
+        yield
+        return
+    import importlib
+
+    saved: list[tuple[Any, Any]] = []
+    loggers = {name: logging.getLogger(name).level for name in ("lm_eval", "transformers", "peft", "datasets")}
+    try:
+        for name in _TQDM_MODULES:
+            module = importlib.import_module(name)
+            if hasattr(module, "tqdm"):
+                saved.append((module, module.tqdm))
+                module.tqdm = lambda *a, **k: _Bar(progress, *a, **k)  # type: ignore[attr-defined]
+        for name in loggers:
+            logging.getLogger(name).setLevel(logging.WARNING)
+        with contextlib.suppress(Exception):
+            import transformers
+
+            transformers.utils.logging.disable_progress_bar()
+        with contextlib.suppress(Exception):
+            import datasets
+
+            datasets.disable_progress_bars()
+        with warnings.catch_warnings():
+            # peft's note when a local base has no hub config; it changes nothing toolfid does
+            warnings.filterwarnings("ignore", message="Could not find a config file", category=UserWarning)
+            yield
+    finally:
+        for module, original in saved:
+            module.tqdm = original
+        for name, level in loggers.items():
+            logging.getLogger(name).setLevel(level)
+        progress.close()
+
+
+def count_tokens(lm: Any, progress: Progress) -> None:
+    """Wrap ``lm._model_generate`` (HFLM) to count generated, non-padding tokens and generation time."""
+    original = getattr(lm, "_model_generate", None)
+    if original is None or getattr(original, "_toolfid_counting", False):
+        return
+
+    def generate(context: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.monotonic()
+        out = original(context, *args, **kwargs)
+        try:
+            new = out[:, context.shape[1]:]
+            pad = getattr(getattr(lm, "tokenizer", None), "pad_token_id", None)
+            n = int((new != pad).sum()) if pad is not None else int(new.numel())
+        except Exception:  # noqa: BLE001 - counting must never break generation
+            n = 0
+        progress.add_tokens(n, time.monotonic() - t0)
+        return out
+
+    generate._toolfid_counting = True  # type: ignore[attr-defined]
+    lm._model_generate = generate

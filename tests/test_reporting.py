@@ -1,0 +1,337 @@
+"""Fast tests of the reporting layer: loading, leaderboard, breakdowns, HTML, JUnit/gate, CLI contract."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import io
+import json
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from lm_eval_toolfid.cli import build_parser, main
+from lm_eval_toolfid.errors import ToolfidError, guard
+from lm_eval_toolfid.reporting import collect
+from lm_eval_toolfid.reporting.breakdown import breakdown
+from lm_eval_toolfid.reporting.gate import exit_code, junit_xml
+from lm_eval_toolfid.reporting.leaderboard import format_csv, format_json, format_markdown, format_table, sort_rows
+from lm_eval_toolfid.reporting.load import load_runs, parse_model_args, read_run, wilson
+from lm_eval_toolfid.reporting.progress import Progress, _Bar
+
+from .reporting_helpers import case, gate, outcome, verdict, write_run
+
+V = outcome("valid")
+REQ = outcome("schema_error", keyword="required", detail="'city' is a required property", arguments={})
+
+
+def _cases(n_regress: int, n_same: int = 4, tool: str = "get_weather") -> list[dict]:
+    out = [case(f"r{i}", tool, V, REQ) for i in range(n_regress)]
+    out += [case(f"s{i}", "get_time", V, V) for i in range(n_same)]
+    return out
+
+
+def test_model_args_string_and_dict():
+    assert parse_model_args("pretrained=/m,peft=/a,dtype=float16") == {"pretrained": "/m", "peft": "/a",
+                                                                         "dtype": "float16"}
+    assert parse_model_args({"pretrained": "/m", "peft": None}) == {"pretrained": "/m"}
+
+
+def test_both_layouts_are_read_with_their_samples(tmp_path):
+    a = write_run(tmp_path / "run" / "a1", _cases(2), layout="toolfid")
+    b = write_run(tmp_path / "lm" / "model", _cases(1), adapter="/ad/a2", layout="lm_eval",
+                  model_args_as_string=True)
+    ra, rb = read_run(a), read_run(b)
+    assert ra.label == "a1" and ra.samples_path == a.with_name("samples.jsonl")
+    assert rb.label == "a2" and rb.adapter == "/ad/a2" and rb.samples_path.name.startswith("samples_")
+    assert ra.metrics["validity_delta"] == pytest.approx(-2 / 6)
+    lo, hi = ra.ci("validity_delta")  # ±1.96·stderr from the results file
+    assert lo == pytest.approx(-2 / 6 - 1.96 * 0.05) and hi == pytest.approx(-2 / 6 + 1.96 * 0.05)
+    assert ra.ci("json_valid_rate") == pytest.approx(wilson(4 / 6, 6))
+
+
+def test_duplicate_runs_are_counted_once(tmp_path):
+    src = write_run(tmp_path / "x" / "a1", _cases(1))
+    copy = tmp_path / "y" / "a1"
+    copy.mkdir(parents=True)
+    for f in src.parent.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    runs, notes = load_runs([tmp_path / "x", tmp_path / "y", src])
+    assert len(runs) == 1 and len(notes) == 1 and "counted once" in notes[0]
+
+
+def test_leaderboard_groups_merges_other_tasks_and_sorts(tmp_path):
+    write_run(tmp_path / "r" / "good", _cases(0), adapter="/ad/good", verdict=verdict(gate("validity_delta", 0.0, True)))
+    write_run(tmp_path / "r" / "bad", _cases(3), adapter="/ad/bad",
+              verdict=verdict(gate("validity_delta", -0.4, False)))
+    # the same adapter scored on another case set: a separate group
+    write_run(tmp_path / "r" / "bad-other", _cases(1), adapter="/ad/bad", case_set="cs2", date=2.0)
+    # an ordinary lm_eval run of another task with the good adapter joins its row
+    write_run(tmp_path / "lm" / "m", _cases(0), adapter="/ad/good", layout="lm_eval",
+              other_tasks={"arc_easy": {"acc,none": 0.625, "acc_stderr,none": 0.1, "acc_norm,none": 0.7}}, date=3.0,
+              toolfid_task=False)
+    _, board, _ = collect([tmp_path / "r", tmp_path / "lm"])
+    assert len(board.groups) == 2
+    assert "another case set" in board.groups[1].why
+    first = board.groups[0]
+    labels = {r.label for r in first.rows}
+    assert labels == {"bad", "good"}
+    good = next(r for r in first.rows if r.adapter == "/ad/good")
+    assert good.others["arc_easy"] == ("acc", 0.625)
+    sort_rows(board, "validity_delta")
+    assert [r.adapter for r in board.groups[0].rows] == ["/ad/good", "/ad/bad"]
+    table = format_table(board)
+    assert "arc_easy" in table and "0.625 (acc)" in table and "FAIL" in table
+    assert "name halluc" not in table  # columns nobody has are left out of the terminal table
+    md = format_markdown(board)
+    assert md.count("\n|") >= 6 and "—" in md
+    rows = list(csv.DictReader(io.StringIO(format_csv(board))))
+    bad = next(r for r in rows if r["adapter"] == "/ad/bad" and r["case_set"] == "cs1")
+    assert float(bad["validity_delta"]) == pytest.approx(-3 / 7) and bad["name_hallucination_rate"] == ""
+    data = json.loads(format_json(board))
+    assert {r["verdict"] for r in data["rows"]} >= {"PASS", "FAIL"}
+    with pytest.raises(ToolfidError, match="unknown column"):
+        sort_rows(board, "nope")
+
+
+def test_breakdown_per_tool_kinds_drift_and_worst_first(tmp_path):
+    fenced = outcome("valid", surface="fenced")
+    cases = [case("a", "get_weather", V, REQ, text='{"name": "get_weather", "arguments": {}}'),
+             case("b", "get_weather", V, fenced),
+             case("c", "get_time", REQ, REQ),
+             case("d", "get_time", V, outcome("valid", name="launch_rocket", hallucinated=True))]
+    run = read_run(write_run(tmp_path / "a", cases))
+    b = breakdown(run)
+    tools = {t.tool: (t.cases, t.base_valid, t.ft_valid) for t in b.tools}
+    assert tools == {"get_weather": (2, 2, 1), "get_time": (2, 1, 1)}
+    kinds = {k: (bc, fc) for k, bc, fc in b.kinds}
+    assert kinds["schema_error:required"] == (1, 2) and kinds["valid"] == (3, 2)
+    assert b.drift == [("bare_json", "fenced", 1)]
+    worst = b.worst(10)
+    assert [c.case_id for c in worst] == ["a", "c", "d"]
+    assert worst[0].category == "regression" and worst[2].category == "hallucinated tool"
+
+
+def test_html_escapes_model_output_and_has_plots(tmp_path):
+    evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    cases = [case("a", "get<b>weather</b>", V, REQ, text=evil, prompt="<iframe src=//evil>")] + _cases(0, 3)
+    write_run(tmp_path / "r" / "a1", cases, verdict=verdict(gate("validity_delta", -0.25, False)))
+    from lm_eval_toolfid.reporting import html
+
+    _, board, bds = collect([tmp_path / "r"])
+    page = html.render(board, bds)
+    assert "<script" not in page and "<iframe" not in page and "<img" not in page and "<b>weather" not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
+
+    class Tags(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tags: list[str] = []
+
+        def handle_starttag(self, tag, attrs):  # noqa: ANN001
+            self.tags.append(tag)
+
+    parser = Tags()
+    parser.feed(page)
+    assert parser.tags.count("svg") >= 3 and "rect" in parser.tags and "table" in parser.tags
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
+
+
+def test_gate_exit_codes_and_junit(tmp_path):
+    p = write_run(tmp_path / "p" / "a", _cases(0), verdict=verdict(gate("validity_delta", 0.0, True),
+                                                                   gate("hallucination_rate", 0.0, True, "<=", 0.1)))
+    f = write_run(tmp_path / "f" / "b", _cases(2), adapter="/ad/b",
+                  verdict=verdict(gate("validity_delta", -0.33, False), gate("hallucination_rate", 0.0, True, "<=", 0.1)))
+    u = write_run(tmp_path / "u" / "c", _cases(0), adapter="/ad/c",
+                  verdict=verdict(gate("validity_delta", None, None), gate("hallucination_rate", 0.0, True, "<=", 0.1)))
+    runs = {k: load_runs([v])[0] for k, v in {"p": p, "f": f, "u": u}.items()}
+    assert exit_code(runs["p"]) == 0
+    assert exit_code(runs["p"] + runs["u"]) == 2
+    assert exit_code(runs["p"] + runs["u"] + runs["f"]) == 1
+    root = ET.fromstring(junit_xml(runs["p"] + runs["u"] + runs["f"]))
+    cases = root.findall(".//testcase")
+    assert len(cases) == 6 and root.get("tests") == "6"
+    failed = [c for c in cases if c.find("failure") is not None]
+    skipped = [c for c in cases if c.find("skipped") is not None]
+    assert [(c.get("classname"), c.get("name")) for c in failed] == [("toolfid.b", "validity_delta")]
+    assert [(c.get("classname"), c.get("name")) for c in skipped] == [("toolfid.c", "validity_delta")]
+    # through the CLI, with the file written and parsed back
+    junit = tmp_path / "j.xml"
+    assert main(["gate", str(tmp_path / "p"), str(tmp_path / "f"), "--junit", str(junit)]) == 1
+    assert ET.parse(junit).getroot().get("failures") == "1"
+    assert main(["gate", str(tmp_path / "p")]) == 0
+    assert main(["gate", str(tmp_path / "p"), str(tmp_path / "u")]) == 2
+
+
+def test_cli_errors_are_one_line_with_exit_codes(tmp_path, capsys):
+    assert main(["compare", str(tmp_path / "missing")]) == 4
+    err = capsys.readouterr().err
+    assert err.startswith("toolfid: error: ") and err.count("\n") == 1 and "missing" in err
+    bad = tmp_path / "results.json"
+    bad.write_text("{not json")
+    assert main(["report", str(bad)]) == 4
+    assert f"{bad}: not valid JSON" in capsys.readouterr().err
+
+    def boom() -> int:
+        raise RuntimeError("kaput\nsecond line")
+
+    assert guard(boom) == 5
+    err = capsys.readouterr().err
+    assert "toolfid: internal error: RuntimeError: kaput second line (rerun with --debug" in err
+    with pytest.raises(RuntimeError):
+        guard(boom, debug=True)
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    assert guard(interrupted) == 130
+    with pytest.raises(ToolfidError):
+        main(["--debug", "compare", str(tmp_path / "missing")])
+
+
+def test_version_and_every_flag_has_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.startswith("toolfid ")
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    missing = []
+    for name, p in sub.choices.items():
+        for action in p._actions:
+            if action.help is None and name != "lm-eval":
+                missing.append(f"{name} {action.option_strings or action.dest}")
+            if any(o == "--out" for o in action.option_strings):
+                assert action.help == "==SUPPRESS==", f"{name}: --out must be a hidden alias"
+    assert not missing, missing
+    run = sub.choices["run"]
+    flags = {o for a in run._actions for o in a.option_strings}
+    assert {"--dtype", "--device", "--batch-size", "--output", "--resume", "--gate", "--junit", "--verbose"} <= flags
+
+
+def test_calibrate_from_results_refuses_flags_it_would_ignore(tmp_path, capsys):
+    code = main(["calibrate", "--from-results", str(tmp_path), "--output", str(tmp_path / "c.json"),
+                 "--runs", "4", "--seed", "2"])
+    err = capsys.readouterr().err
+    assert code == 4 and "--runs, --seed" in err and err.count("\n") == 1
+    assert main(["calibrate", "--base", "x", "--adapter", "y"]) == 4  # no --output
+    assert "--output" in capsys.readouterr().err
+
+
+def test_library_modules_never_import_the_cli():
+    root = Path(__file__).resolve().parents[1] / "lm_eval_toolfid"
+    offenders = []
+    for path in root.rglob("*.py"):
+        if "cli" in path.relative_to(root).parts[:1]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                mod = ("." * node.level) + (node.module or "")
+                if mod in (".cli", "..cli", "lm_eval_toolfid.cli") or mod.startswith((".cli.", "lm_eval_toolfid.cli.")):
+                    offenders.append(str(path))
+    assert not offenders, offenders
+
+
+def test_progress_counts_views_cases_and_eta():
+    stream = io.StringIO()
+    progress = Progress(["base", "a", "b"], stream=stream, live=False)
+    progress.view_started("base")
+    bar = _Bar(progress, total=4, desc="Running generate_until requests")
+    for _ in range(4):
+        bar.update(1)
+    progress.add_tokens(40, 2.0)
+    assert progress.cases_per_view == 4 and progress.generated == 4
+    assert progress.eta() is not None and progress.eta() >= 0
+    progress.view_finished("base")
+    silent = list(_Bar(progress, iterable=[1, 2, 3]))  # lm-eval's other bars: silent, no counting
+    assert silent == [1, 2, 3] and progress.generated == 4
+    progress.view_skipped("a", "reusing out/a/results.json")
+    out = stream.getvalue()
+    assert "[1/3] base: 4 cases" in out and "20 tok/s" in out and "[2/3] a: reusing" in out
+    assert "\r" not in out  # not a TTY: whole lines only
+    line = progress.line()
+    assert "4/4 cases" in line and "20 tok/s" in line and "ETA" in line
+
+
+def test_null_distribution_plot_from_a_real_calibration_file(tmp_path):
+    from lm_eval_toolfid.calibration import NullRun, fit
+    from lm_eval_toolfid.reporting import html
+
+    values = [0.2, 0.35, 0.5, 0.3]
+    runs = [NullRun(name=f"null_{i:02d}", seed=i, multiplier=m, n_cases=20,
+                    metrics={"json_valid_rate": v, "parse_rate": v, "hallucination_rate": 0.0,
+                             "validity_delta": v - 0.9})
+            for i, (v, m) in enumerate(zip(values + [0.1], [1.0, 1.0, 1.0, 1.0, 2.0]))]
+    cal = tmp_path / "calibration.json"
+    cal.write_text(fit(runs, {"case_set": "cs1"}).to_json())
+    results = write_run(tmp_path / "r" / "a1", _cases(1), verdict=verdict(gate("validity_delta", -0.2, False)))
+    data = json.loads(results.read_text())
+    data["configs"]["tool_use_fidelity_fixture"]["metadata"]["toolfid"]["calibration"] = str(cal)
+    results.write_text(json.dumps(data))
+    _, board, bds = collect([tmp_path / "r"])
+    page = html.render(board, bds)
+    assert page.count('class="null-run"') == len(values)  # the ×1 runs only
+    assert page.count('class="adapter-mark"') == 1 and "null distribution of json_valid_rate" in page
+    cal.unlink()  # not readable where the report is made: say so, do not fail
+    page = html.render(*collect([tmp_path / "r"])[1:])
+    assert "not readable here" in page and 'class="null-run"' not in page
+
+
+def test_report_and_compare_commands_in_every_format(tmp_path, capsys):
+    write_run(tmp_path / "r" / "a1", _cases(2), verdict=verdict(gate("validity_delta", -0.33, False)))
+    assert main(["report", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "a1: 6 cases" in out and "[regression] r0" in out and "schema_error:required 0→2" in out
+    for fmt, probe in [("markdown", "| a1 |"), ("csv", "validity_delta_ci_low"), ("json", '"rows"'),
+                       ("html", "<svg"), ("table", "FAIL")]:
+        target = tmp_path / f"board.{fmt}"
+        assert main(["compare", str(tmp_path / "r"), "--format", fmt, "--output", str(target)]) == 0
+        assert probe in target.read_text(), fmt
+
+
+def test_colour_only_on_a_tty_without_no_color(monkeypatch):
+    from lm_eval_toolfid.reporting.term import use_colour
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert use_colour(Tty()) and not use_colour(io.StringIO())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not use_colour(Tty())
+
+
+def test_live_progress_redraws_one_line_on_a_terminal():
+    stream = io.StringIO()
+    progress = Progress(["base", "a"], stream=stream, live=True)
+    progress.view_started("base")
+    bar = _Bar(progress, total=2, desc="Running generate_until requests")
+    bar.update(1)
+    progress.message("a warning-free note")
+    out = stream.getvalue()
+    assert out.startswith("\r\x1b[Ktoolfid [1/2] base") and "\r\x1b[Ktoolfid: a warning-free note\n" in out
+
+
+def test_run_flag_combinations_are_refused_in_one_line(capsys):
+    from lm_eval_toolfid.bundled import fixture_paths
+
+    fix = fixture_paths()
+    assert main(["run", "--base", fix["base"], "--adapter", fix["adapters"]["faithful"], "--resume"]) == 4
+    assert "--resume needs --output" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # usage errors are input errors too: 4, never 2 ("undecided")
+        main(["run", "--base", fix["base"], "--adapter", fix["adapters"]["faithful"], "--batch-size", "0"])
+    assert exc.value.code == 4 and "batch size must be at least 1" in capsys.readouterr().err
+
+
+def test_a_scored_copy_replaces_its_source(tmp_path):
+    src = write_run(tmp_path / "r" / "a1", _cases(0), verdict=verdict(gate("validity_delta", 0.0, True)))
+    data = json.loads(src.read_text())
+    data["toolfid_score"] = {"json_valid_z": -4.2, "verdict": verdict(gate("json_valid_z", -4.2, False, ">=", 3.0))}
+    src.with_name("results.scored.json").write_text(json.dumps(data))
+    runs, notes = load_runs([tmp_path / "r"])
+    assert len(runs) == 1 and runs[0].source.name == "results.scored.json" and len(notes) == 1
+    assert runs[0].verdict_label == "FAIL" and runs[0].metrics["json_valid_z"] == -4.2
+    assert runs[0].samples_path == src.with_name("samples.jsonl")
