@@ -84,14 +84,9 @@ class Run:
 
     def ci(self, metric: str) -> tuple[float, float] | None:
         """95% interval: from the task's metadata when it stores one, else ±1.96·stderr, else Wilson for rates."""
-        for source in (self.toolfid.get("ci") or {}, self.toolfid.get("cis") or {}):
-            if isinstance(source.get(metric), (list, tuple)) and len(source[metric]) == 2:
-                lo, hi = source[metric]
-                if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
-                    return float(lo), float(hi)
-        own = self.toolfid.get(f"{metric}_ci")
-        if isinstance(own, (list, tuple)) and len(own) == 2 and all(isinstance(x, (int, float)) for x in own):
-            return float(own[0]), float(own[1])
+        stored = (self.toolfid.get("summary") or {}).get(f"{metric}_ci")  # the run's own interval (Newcombe)
+        if isinstance(stored, (list, tuple)) and len(stored) == 2 and all(isinstance(x, (int, float)) for x in stored):
+            return float(stored[0]), float(stored[1])
         value = self.metrics.get(metric)
         if not isinstance(value, (int, float)):
             return None
