@@ -217,6 +217,7 @@ def families() -> dict[str, Callable[[random.Random], tuple[str, str]]]:
                                      huge_int, dup_keys, hostile_pythonic, tag_bomb]}
 
 
+RETIME = 20
 WEIGHTS = {"valid": 20, "broken": 30, "nesting": 6, "big_string": 2, "brace_bomb": 6, "quotes": 6, "surrogates": 8,
            "nan": 4, "huge_int": 4, "dup_keys": 3, "hostile_pythonic": 6, "tag_bomb": 5}
 
@@ -255,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     walls: list[float] = []  # wall-clock time per case (includes time the OS gave other processes)
     by_family: dict[str, list[float]] = defaultdict(list)
     worst = (0.0, "", "")
+    slowest: list[tuple[float, str, str, str]] = []  # the RETIME slowest cases, re-timed at the end
     errors: list[tuple[str, str]] = []
     total_chars = 0
     gc.disable()  # measure the parser, not when the collector happens to run
@@ -272,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
             by_family[family].append(t)
             if t > worst[0]:
                 worst = (t, family, description)
+            if len(slowest) < RETIME or t > slowest[-1][0]:
+                slowest.append((t, family, description, text))
+                slowest.sort(key=lambda x: -x[0])
+                del slowest[RETIME:]
             if i % 1000 == 999:
                 gc.collect()
     finally:
@@ -296,6 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cases over 50 ms CPU: {over} ({over / max(1, len(times)):.3%})")
     print(f"wall clock per case: mean {statistics.fmean(walls) * ms:.3f} ms, p99 {pct(walls, 0.99) * ms:.3f} ms, "
           f"worst {max(walls) * ms:.1f} ms (includes waiting for the CPU on a shared machine)")
+    # On a shared machine a single timing can include cache and scheduler noise: re-time the
+    # slowest cases (best of 5) to tell a slow input from a noisy measurement.
+    retimed = sorted(((min(run_one(text)[0] for _ in range(5)), t, fam, desc)
+                      for t, fam, desc, text in slowest), reverse=True)
+    print(f"the {len(retimed)} slowest cases re-timed (best of 5 CPU):")
+    for best, first, fam, desc in retimed[:5]:
+        print(f"  {best * ms:8.2f} ms (first run {first * ms:7.2f} ms)  {desc} [{fam}]")
     print(f"exceptions: {len(errors)}")
     for description, err in errors[:10]:
         print(f"  {description}: {err}")

@@ -3,7 +3,8 @@
 ```` ```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n``` ````
 
 Fences are paired left to right with ``str.find`` (linear); the info string (``json``,
-``python``...) on the opening line is skipped. An unclosed last fence runs to the end.
+``python``...) on the opening line is skipped. An unclosed last fence runs to the end. At most
+``MAX_CALLS`` blocks are read.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..records import SurfaceFormat
 from . import pythonic
 from .calls import Found, calls_from_value
 from .common import dumps, whole_json
+from .limits import MAX_CALLS
 
 SURFACE = SurfaceFormat.FENCED
 FENCE = "```"
@@ -41,7 +43,9 @@ def parse(text: str) -> tuple[Found | None, bool]:
         return None, False
     first: Found | None = None
     attempted = False
-    for body in bodies(text):
+    for n, body in enumerate(bodies(text)):
+        if n >= MAX_CALLS:
+            break
         ok, value = whole_json(body)
         if ok:
             found = calls_from_value(value, SURFACE)

@@ -148,13 +148,13 @@ def first_span_at(text: str, at: int, end: int | None = None) -> Span | None:
     end = len(text) if end is None else min(end, len(text))
     if at >= end or text[at] not in "{[":
         return None
+    one = _FLAT_ONE.match(text, at, end)
+    if one is not None:  # a flat container: done, without matching the run it may start
+        return Span(at, one.end(), 1)
     depth = tallest = 0
     for m in _TOKEN.finditer(text, at, end):
         kind = m.lastgroup
-        if kind == "flat":
-            if depth == 0:
-                one = _FLAT_ONE.match(text, at)
-                return Span(at, one.end(), 1) if one else None
+        if kind == "flat":  # inside the span (a flat run cannot reach past its closer)
             tallest = max(tallest, depth + 1)
             continue
         if kind == "str":
