@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .jsonsafe import bounded_copy, clean_text
+
 
 class ToolSpec(BaseModel):
     """An OpenAI-style function spec: ``{"name", "description", "parameters"}``.
@@ -242,41 +244,22 @@ MAX_TEXT = 65_536
 a longer one is cut and marked, and a base reference built from it says so)."""
 
 
-def bounded(value: Any, depth: int = 0) -> Any:
-    """A JSON-safe copy of ``value`` with nesting, width and string length capped (see the constants).
+def bounded(value: Any) -> Any:
+    """A JSON-safe copy of ``value`` with nesting, width and string length capped (see the constants;
+    :func:`lm_eval_toolfid.jsonsafe.bounded_copy` says what is cut and how the cut is marked).
 
     Scoring validates the model's full arguments; only the copy kept in records (samples files,
     references, reports) is bounded, so serialising a record can never hit a depth or size limit.
-    Non-finite floats become strings (``"NaN"``), huge integers become their decimal string's head.
     """
-    if isinstance(value, str):
-        return value if len(value) <= MAX_STR else value[:MAX_STR] + f"<…{len(value) - MAX_STR} chars>"
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return value if abs(value) < 2**63 else f"<int with {value.bit_length()} bits>"
-    if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else repr(value)
-    if depth >= MAX_DEPTH:
-        return "<…depth>"
-    if isinstance(value, dict):
-        items = list(value.items())
-        out = {str(k)[:MAX_STR]: bounded(v, depth + 1) for k, v in items[:MAX_ITEMS]}
-        if len(items) > MAX_ITEMS:
-            out["<…>"] = f"<…{len(items) - MAX_ITEMS} more>"
-        return out
-    if isinstance(value, (list, tuple)):
-        out_list = [bounded(v, depth + 1) for v in value[:MAX_ITEMS]]
-        if len(value) > MAX_ITEMS:
-            out_list.append(f"<…{len(value) - MAX_ITEMS} more>")
-        return out_list
-    return bounded(repr(value), depth)
+    return bounded_copy(value, max_depth=MAX_DEPTH, max_items=MAX_ITEMS, max_str=MAX_STR)
 
 
 def bounded_text(text: str | None) -> str | None:
-    if text is None or len(text) <= MAX_TEXT:
-        return text
-    return text[:MAX_TEXT] + f"<…{len(text) - MAX_TEXT} chars>"
+    """A generation as records keep it: lone surrogates replaced, cut at :data:`MAX_TEXT` characters."""
+    if text is None:
+        return None
+    text = clean_text(text)
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f"<…{len(text) - MAX_TEXT} chars>"
 
 
 class CallOutcome(BaseModel):
