@@ -16,7 +16,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from _common import real_model, run_view, subset_file, threads
+from _common import call_tokens, real_model, run_view, subset_file, threads
 
 
 def main() -> None:
@@ -31,16 +31,23 @@ def main() -> None:
     variants = [("ToolfidHFLM", True)] if args.only_stopping else [("HFLM", False), ("ToolfidHFLM", True)]
     with tempfile.TemporaryDirectory() as tmp:
         cases = subset_file(args.cases, Path(tmp) / "cases.jsonl")
-        results = [(label, *run_view(model, cases, Path(tmp) / "home", stopping=s, batch_size=args.batch_size)[:2])
-                   for label, s in variants]
+        results = []
+        for label, stopping in variants:
+            profile, metrics, lm = run_view(model, cases, Path(tmp) / "home", stopping=stopping,
+                                            batch_size=args.batch_size)
+            results.append((label, profile, metrics, call_tokens(lm.tokenizer, profile.generations)))
+            del lm
     print(f"SmolLM2-135M-Instruct, {args.cases} default cases, batch {args.batch_size}, CPU, {n_threads} torch thread(s)")
-    for label, p, m in results:
+    for label, p, m, (ctoks, n_calls) in results:
         rest = p.total_s - p.load_s - p.prefill_s - p.decode_s - p.scoring_s
         print(f"  {label}: total {p.total_s:6.1f} s  json_valid_rate {m['json_valid_rate']:.3f}")
         for name, value in (("model load", p.load_s), ("prompt processing (prefill)", p.prefill_s),
                             ("decoding", p.decode_s), ("scoring (process_results)", p.scoring_s),
                             ("rest (tokenising, lm-eval, aggregation)", rest)):
             print(f"    {name:42s} {value:7.2f} s  {100 * value / p.total_s:5.1f} %")
+        print(f"    tokens: emitted {p.emitted_tokens}, computed (rows x steps) {p.compute_tokens}, of parsed "
+              f"calls {ctoks} ({n_calls} calls): emitted/call {p.emitted_tokens / max(ctoks, 1):.2f}, "
+              f"computed/call {p.compute_tokens / max(ctoks, 1):.2f}")
         ctx = [c for _, c, _ in p.batches]
         print(f"    batches (rows, context tokens, decode steps): {p.batches}")
         print(f"    batches in descending context length: {ctx == sorted(ctx, reverse=True)}")

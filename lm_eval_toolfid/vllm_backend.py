@@ -46,9 +46,7 @@ def _task_manager(model_args: dict[str, Any], metadata: dict[str, Any]) -> Any:
 
 def collect_requests(task: str, model_args: dict[str, Any], metadata: dict[str, Any]) -> list[tuple[str, dict]]:
     """The (context, gen_kwargs) of every request the task makes for one view, in task order."""
-    from lm_eval.tasks import get_task_dict
-
-    task_obj = get_task_dict([task], _task_manager(model_args, metadata))[task]
+    task_obj = _task_manager(model_args, metadata).load([task])["tasks"][task]
     task_obj.build_all_requests(rank=0, world_size=1)
     return [(inst.args[0], dict(inst.args[1])) for inst in task_obj.instances]
 
