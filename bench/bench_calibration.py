@@ -10,7 +10,7 @@ Both sides start from nothing (fresh reference store) and include process start-
 
 Prints both wall times and their ratio (target ≤ 0.35 on the fixture model). Usage::
 
-    .venv/bin/python scripts/bench_calibration.py [--runs 8] [--base DIR --adapter DIR --task TASK]
+    .venv/bin/python bench/bench_calibration.py [--runs 8] [--base DIR --adapter DIR --task TASK]
 """
 
 from __future__ import annotations

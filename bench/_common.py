@@ -1,0 +1,173 @@
+"""Shared helpers for the benchmarks: instrumented lm-eval views, token counting, case subsets."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One torch thread: on a busy 2-core machine two OpenMP threads spin against each other and a
+# SmolLM2 decode step measured 14x slower (8.8 s vs 0.63 s) than with one.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def threads() -> int:
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    return torch.get_num_threads()
+
+
+def real_model() -> str:
+    from lm_eval_toolfid.errors import ToolfidError
+    from lm_eval_toolfid.models import prepare_smollm2
+
+    try:
+        return str(prepare_smollm2())
+    except ToolfidError as exc:
+        sys.exit(f"benchmark needs SmolLM2: {exc}")
+
+
+def subset_file(n: int, path: Path, shortest: bool = False) -> Path:
+    """The first ``n`` default cases (or the ``n`` with the shortest JSON lines) as a case file."""
+    from lm_eval_toolfid.bundled import default_cases_path
+
+    lines = [line for line in default_cases_path().read_text(encoding="utf-8").splitlines() if line.strip()]
+    if shortest:
+        lines = sorted(lines, key=lambda line: (len(line), line))
+    path.write_text("\n".join(lines[:n]) + "\n", encoding="utf-8")
+    return path
+
+
+@dataclass
+class Profile:
+    """Wall time by phase, and token counts, of one instrumented view."""
+
+    load_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    scoring_s: float = 0.0
+    total_s: float = 0.0
+    compute_tokens: int = 0  # rows x decode steps (what the batch actually computed)
+    emitted_tokens: int = 0  # per row, tokens up to its own finish (eos/pad)
+    batches: list[tuple[int, int, int]] = field(default_factory=list)  # (rows, context len, steps)
+    generations: dict[str, str] = field(default_factory=dict)
+
+
+def instrument(lm: Any, profile: Profile) -> None:
+    """Wrap ``lm._model_generate`` to time prefill (until the first logits) and decoding, count tokens."""
+    import torch
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    original = lm._model_generate
+    pad = lm.tokenizer.pad_token_id
+
+    class FirstStep(LogitsProcessor):
+        def __init__(self) -> None:
+            self.t: float | None = None
+
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            if self.t is None:
+                self.t = time.perf_counter()
+            return scores
+
+    def timed(context: Any, max_length: int, stop: list[str], **kw: Any) -> Any:
+        first = FirstStep()
+        kw["logits_processor"] = LogitsProcessorList([first])
+        start = time.perf_counter()
+        out = original(context, max_length, stop, **kw)
+        end = time.perf_counter()
+        t_first = first.t or end
+        profile.prefill_s += t_first - start
+        profile.decode_s += end - t_first
+        new = out[:, context.shape[1]:]
+        steps = new.shape[1]
+        profile.compute_tokens += new.shape[0] * steps
+        for row in new.tolist():
+            n = len(row)
+            for i, tok in enumerate(row):
+                if tok == pad:
+                    n = i
+                    break
+            profile.emitted_tokens += n
+        profile.batches.append((int(new.shape[0]), int(context.shape[1]), int(steps)))
+        return out
+
+    lm._model_generate = timed
+    _ = torch
+
+
+@contextmanager
+def timed_scoring(profile: Profile) -> Iterator[None]:
+    from lm_eval_toolfid import task as task_mod
+
+    cls = task_mod.ToolUseFidelityTask
+    original = cls.process_results
+
+    def process_results(self: Any, doc: dict, results: list) -> dict:
+        start = time.perf_counter()
+        try:
+            return original(self, doc, results)
+        finally:
+            profile.scoring_s += time.perf_counter() - start
+
+    cls.process_results = process_results
+    try:
+        yield
+    finally:
+        cls.process_results = original
+
+
+def run_view(model: str, cases: Path, home: Path, *, stopping: bool, batch_size: int = 16,
+             max_gen_toks: int | None = None, lm: Any = None, profile: Profile | None = None,
+             task: str = "tool_use_fidelity", extra_meta: dict | None = None) -> tuple[Profile, dict, Any]:
+    """One instrumented base view through lm-eval's ``simple_evaluate`` (what ``toolfid run`` does)."""
+    import lm_eval.evaluator
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    from lm_eval_toolfid.bundled import tasks_path
+    from lm_eval_toolfid.hflm import ToolfidHFLM
+
+    lm_eval.evaluator.get_git_commit_hash = lambda: None
+    os.environ["TOOLFID_HOME"] = str(home)
+    profile = profile or Profile()
+    t0 = time.perf_counter()
+    if lm is None:
+        cls = ToolfidHFLM if stopping else HFLM
+        lm = cls(pretrained=model, batch_size=batch_size, device="cpu")
+        profile.load_s = time.perf_counter() - t0
+        instrument(lm, profile)
+    meta = {"pretrained": model, "cases": str(cases), "write_reference": False, **(extra_meta or {})}
+    manager = TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
+    gen = {"gen_kwargs": f"max_gen_toks={max_gen_toks}"} if max_gen_toks else {}
+    with timed_scoring(profile):
+        out = simple_evaluate(model=lm, model_args={"pretrained": model}, tasks=[task], task_manager=manager,
+                              log_samples=True, bootstrap_iters=0, **gen)
+    profile.total_s = time.perf_counter() - t0
+    samples = out.pop("samples")[task]
+    profile.generations = {s["doc"]["id"]: s["resps"][0][0] for s in samples}
+    metrics = {k.split(",")[0]: v for k, v in out["results"][task].items() if "," in k and "stderr" not in k}
+    return profile, metrics, lm
+
+
+def call_tokens(tokenizer: Any, generations: dict[str, str]) -> tuple[int, int]:
+    """(tokens of the parsed calls' text, number of generations with a parsed call)."""
+    from lm_eval_toolfid.parsing import parse_calls
+    from lm_eval_toolfid.stopping import truncate_call
+
+    total = n = 0
+    for text in generations.values():
+        if parse_calls(text).calls:
+            end = truncate_call(text)
+            total += len(tokenizer(end, add_special_tokens=False)["input_ids"])
+            n += 1
+    return total, n

@@ -1,0 +1,46 @@
+"""lm-eval's HFLM, stopping each sequence of a batch as soon as its tool call is complete.
+
+``ToolfidHFLM`` differs from ``HFLM`` in one place, ``_model_generate``: next to lm-eval's
+stop-sequence criteria it adds :func:`lm_eval_toolfid.stopping.make_stopping_criteria`, which
+answers per row (lm-eval's own criteria only stop a batch once *every* row has hit a stop
+sequence). Greedy decoding makes a stopped row's text a prefix of what the row would have
+generated, so ``stopping.truncate_call`` of either text is the same string.
+
+Use it wherever toolfid builds the model itself (``toolfid run``)::
+
+    from lm_eval_toolfid.hflm import ToolfidHFLM   # instead of lm_eval.models.huggingface.HFLM
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lm_eval.models.huggingface import HFLM
+from lm_eval.models.utils_hf import stop_sequences_criteria
+
+from .stopping import make_stopping_criteria
+
+
+class ToolfidHFLM(HFLM):
+    """HFLM whose generation stops per sequence at the end of the first complete tool call."""
+
+    stop_at_call_end: bool = True
+
+    def _model_generate(self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any) -> Any:
+        if not self.stop_at_call_end:
+            return super()._model_generate(context, max_length, stop, **generation_kwargs)
+        import torch
+
+        generation_kwargs["temperature"] = generation_kwargs.get("temperature", 0.0)
+        do_sample = generation_kwargs.get("do_sample")
+        if (temp := generation_kwargs.get("temperature")) == 0.0 and do_sample is None:
+            generation_kwargs["do_sample"] = do_sample = False
+        if do_sample is False and temp == 0.0:
+            generation_kwargs.pop("temperature", None)
+        criteria = stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
+        criteria.append(make_stopping_criteria(self.tokenizer, context.shape[1], context.shape[0], stop))
+        with torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
+                            enabled=self.mixed_precision_dtype is not None):
+            return self.model.generate(input_ids=context, max_length=max_length, stopping_criteria=criteria,
+                                       pad_token_id=self.tokenizer.pad_token_id, use_cache=True,
+                                       **generation_kwargs)

