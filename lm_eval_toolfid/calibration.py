@@ -212,11 +212,12 @@ def fit(runs: list[NullRun], provenance: dict[str, Any]) -> Calibration:
     if missing:
         raise ToolfidError(f"null run {missing[0]} lacks paired metrics (validity_delta): "
                            "run the base model first so adapter runs pair with it")
+    runs = sorted(runs, key=lambda r: (r.multiplier, r.seed, r.name))  # values in one order, however the runs came
     by_mult: dict[str, list[NullRun]] = {}
     for run in runs:
         by_mult.setdefault(_mult_key(run.multiplier), []).append(run)
     fits = {m: {metric: fit_metric(metric, rs) for metric in METRICS} for m, rs in sorted(by_mult.items())}
-    return Calibration(provenance=provenance, runs=sorted(runs, key=lambda r: (r.multiplier, r.seed)), fits=fits)
+    return Calibration(provenance=provenance, runs=runs, fits=fits)
 
 
 def load_calibration(path: str | Path) -> Calibration:
