@@ -146,6 +146,8 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     def build_all_requests(self, **kwargs: Any) -> None:
         lm_requests = {k: kwargs.get(k) for k in LM_EVAL_REQUEST_KEYS if kwargs.get(k) not in (None, False, "")}
+        if not lm_requests.get("apply_chat_template"):  # these act only through lm-eval's chat template
+            lm_requests = {k: v for k, v in lm_requests.items() if k not in ("fewshot_as_multiturn", "tokenizer_name")}
         if self.settings.prompt_style == "chat":  # the task renders the template; lm-eval's wrapping is skipped
             lm_requests = {k: v for k, v in lm_requests.items()
                            if k not in ("apply_chat_template", "system_instruction", "fewshot_as_multiturn")}
