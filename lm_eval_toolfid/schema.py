@@ -326,6 +326,23 @@ def _canonical(schema: Any) -> str:
     return json.dumps(normalize_schema(schema), sort_keys=True, separators=(",", ":"))
 
 
+_CANONICAL_BY_ID: dict[int, tuple[Any, str]] = {}
+
+
+def _canonical_of(schema: Any) -> str:
+    """:func:`_canonical`, memoised per schema *object*: a case's tool schemas are loaded once and
+    never mutated, so normalising and serialising them on every call (the validator cache key) is
+    work done twice. The entry keeps the object alive, so its id cannot be reused by another one."""
+    hit = _CANONICAL_BY_ID.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    canonical = _canonical(schema)
+    if len(_CANONICAL_BY_ID) >= 8192:
+        _CANONICAL_BY_ID.clear()
+    _CANONICAL_BY_ID[id(schema)] = (schema, canonical)
+    return canonical
+
+
 @lru_cache(maxsize=4096)
 def _validator_for(canonical: str) -> tuple[Draft202012Validator | None, str | None]:
     """(validator, None), or (None, why the schema is not valid JSON Schema)."""
@@ -395,7 +412,7 @@ def validate_arguments(arguments: dict[str, Any], parameters: dict[str, Any]) ->
     Runs in bounded time for any schema and any arguments (see the module docstring).
     """
     try:
-        validator, problem = _validator_for(_canonical(parameters))
+        validator, problem = _validator_for(_canonical_of(parameters))
     except (TypeError, ValueError, RecursionError) as exc:  # not JSON-serialisable / absurdly deep
         return SchemaViolation(SCHEMA_INVALID, "", f"schema cannot be used: {type(exc).__name__}: {exc}"[:200])
     if validator is None:
