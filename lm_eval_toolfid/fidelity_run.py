@@ -63,8 +63,11 @@ class FidelityRun:
 
     # --- build time ----------------------------------------------------------------------
 
-    def resolve(self, key: RunKey | None, request_hashes: dict[str, str]) -> None:
-        """Fix the run's identity and find what it pairs with, before any generation."""
+    def resolve(self, key: RunKey | None, request_hashes: dict[str, str], scored_ids: list[str] | None = None) -> None:
+        """Fix the run's identity and find what it pairs with, before any generation.
+
+        ``scored_ids``: the cases this run will score (default: all). References pair only when,
+        together, they hold every one of them — never a paired metric over a covered subset."""
         if self._resolved:
             return
         self._resolved = True
@@ -95,7 +98,20 @@ class FidelityRun:
             if usable:
                 self.provenance["pairing"] = "reference store: " + ", ".join(r.source for r in usable)
                 log.info("tool_use_fidelity: paired with base reference %s", ", ".join(r.source for r in usable))
-        if not self.references:
+        scored = list(scored_ids) if scored_ids is not None else list(self.cases)
+        covered = set().union(*(r.generations for r in self.references)) if self.references else set()
+        missing = [cid for cid in scored if cid not in covered]
+        if self.references and missing:
+            held = len(scored) - len(missing)
+            if s.base_samples:
+                raise ToolfidError(f"base_samples {s.base_samples} hold {held} of the {len(scored)} cases this run "
+                                   f"scores (e.g. not {missing[0]!r}): pass the samples of a base run of these cases")
+            self.references = []
+            self.provenance["pairing"] = (f"none: the stored base run covers {held} of the {len(scored)} cases this "
+                                          "run scores (run the base on at least these cases)")
+            log.warning("tool_use_fidelity: %s; reporting adapter metrics only (verdict UNDECIDED)",
+                        self.provenance["pairing"].removeprefix("none: "))
+        elif not self.references:
             why = ("no base reference matches this base, case set, prompt and generation settings"
                    if key is not None else "the run does not name its base model (no 'pretrained')")
             self.provenance["pairing"] = f"none: {why}"
@@ -140,11 +156,10 @@ class FidelityRun:
         summary = summarize(pairs)
         null = verdict = None
         if self.settings.is_adapter_run:
-            if summary.n and not summary.paired:
+            if summary.n and not summary.paired and self.references:  # a case scored that build did not foresee
                 covered = sum(p.base is not None for p in pairs)
-                if self.references:
-                    self.provenance["pairing"] = (f"none: the base reference covers {covered} of the {summary.n} "
-                                                  "cases scored (run the base on at least these cases)")
+                self.provenance["pairing"] = (f"none: the stored base run covers {covered} of the {summary.n} "
+                                              "cases this run scores (run the base on at least these cases)")
             if self.calibration is not None:
                 null = self.calibration.compare(summary, self.settings.verdict)
                 self.provenance["null"] = null.model_dump()  # z, rank p over the nulls, K, notes

@@ -163,9 +163,13 @@ class ToolUseFidelityTask(ConfigurableTask):
             lm_requests = {k: v for k, v in lm_requests.items() if k not in ("fewshot_as_multiturn", "tokenizer_name")}
         if self.settings.prompt_style == "chat":  # the task renders the template; lm-eval's wrapping is skipped
             lm_requests = {k: v for k, v in lm_requests.items()
-                           if k not in ("apply_chat_template", "system_instruction", "fewshot_as_multiturn")}
+                           if k not in ("apply_chat_template", "system_instruction", "fewshot_as_multiturn",
+                                        "tokenizer_name")}
+        # every case this run will score (all ranks): lm-eval's own iterator with its limit/samples
+        scored = [str(doc["id"]) for _, doc in self.doc_iterator(rank=0, world_size=1, limit=kwargs.get("limit"),
+                                                                 samples=kwargs.get("samples"))]
         try:
-            self.run.resolve(self._run_key(lm_requests), {
+            self.run.resolve(self._run_key(lm_requests), scored_ids=scored, request_hashes={
                 cid: request_hash(self.prompt_for(case),
                                   {**self.gen_kwargs_for(case), **({"lm_eval": lm_requests} if lm_requests else {})})
                 for cid, case in self.cases.items()})

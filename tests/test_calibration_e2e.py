@@ -137,7 +137,7 @@ def test_toolfid_run_with_null_runs_calibrates_and_scores_in_one_go(tmp_path):
     both = subprocess.run(cmd + ["--adapter", f"faithful={FIX['adapters']['faithful']}",
                                  "--adapter", f"broken={FIX['adapters']['broken']}"],
                           capture_output=True, text=True, env=env, timeout=600)
-    assert both.returncode == 2 and "differ (faithful" in both.stderr, both.stderr[-2000:]
+    assert both.returncode == 4 and "differ (faithful" in both.stderr, both.stderr[-2000:]
     proc = subprocess.run(cmd + ["--adapter", f"broken={FIX['adapters']['broken']}"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

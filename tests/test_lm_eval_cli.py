@@ -201,7 +201,7 @@ def test_a_limit_base_run_writes_a_subset_reference_and_never_the_full_one(two_r
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "a")
     assert "validity_delta" not in metrics(results)
-    assert "covers 6 of the 48" in toolfid_meta(results)["pairing"]
+    assert "covers 6 of the 48 cases" in toolfid_meta(results)["pairing"] and "validity_delta" not in metrics(results)
     assert toolfid_meta(results)["verdict"]["label"] == "UNDECIDED"
 
 

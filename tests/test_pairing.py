@@ -105,3 +105,28 @@ def test_bad_samples_files_are_one_line_errors(tmp_path):
     (tmp_path / "results_x.json").write_text(_results("pretrained=b"))
     with pytest.raises(ToolfidError, match=r"samples_x.jsonl:1"):
         reference_from_samples(bad, KEY)
+
+
+def test_an_adapter_run_pairs_only_when_references_cover_every_case_it_scores(tmp_path):
+    from lm_eval_toolfid.fidelity_run import FidelityRun
+    from lm_eval_toolfid.pairing import write_reference
+    from lm_eval_toolfid.settings import TaskSettings
+
+    from .conftest import make_case
+
+    cases = {cid: make_case(id=cid) for cid in ("a", "b")}
+    call = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    write_reference(KEY, {"a": "ha"}, {"a": call}, tmp_path, full=False)  # a subset reference: case a only
+    settings = TaskSettings.from_metadata({"pretrained": "b", "peft": "/adapter", "reference_dir": str(tmp_path)})
+    hashes = {"a": "ha", "b": "hb"}
+
+    both = FidelityRun(settings, cases)
+    both.resolve(KEY, hashes, scored_ids=["a", "b"])
+    assert both.references == [] and "covers 1 of the 2 cases" in both.provenance["pairing"]
+    record = both.score("a", call)
+    assert record.base is None  # no paired metric over the covered subset
+
+    only_a = FidelityRun(settings, cases)
+    only_a.resolve(KEY, hashes, scored_ids=["a"])  # e.g. --limit 1
+    assert only_a.score("a", call).base is not None
+    assert only_a.finish([only_a.score("a", call)]).summary.paired

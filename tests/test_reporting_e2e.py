@@ -126,7 +126,7 @@ def test_junit_from_run_parses_back(run):
     assert set(suites) == {f"tool_use_fidelity.{n}" for n in ADAPTERS}
     failed = {(c.get("classname"), c.get("name")) for c in root.iter("testcase") if c.find("failure") is not None}
     assert ("toolfid.broken", "validity_delta") in failed
-    assert ("toolfid.hallucinating", "hallucination_rate") in failed
+    assert ("toolfid.hallucinating", "hallucination_delta") in failed
     assert not any(c.startswith("toolfid.faithful") for c, _ in failed)
 
 
