@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from .cases import load_cases, parse_case_line
 from .errors import ToolfidError
+from .pairing import iter_samples
 from .records import Case, Outcome, ToolSpec
 from .scoring import pair, score_generation, summarize
 
@@ -159,20 +160,11 @@ def _from_samples(path_spec: str, cases_spec: str | None) -> list[Checked]:
         raise ToolfidError(f"samples file not found: {path}")
     cases = _cases_by_id(cases_spec or "default")
     out: list[Checked] = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            sample = json.loads(line)
-            cid = str(sample["doc"]["id"])
-            text = sample["filtered_resps"][0]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise ToolfidError(f"{path}:{lineno}: not an lm-eval sample of this task "
-                               "(needs doc.id and filtered_resps)") from None
+    for lineno, cid, text, _ in iter_samples(path):
         if cid not in cases:
             raise ToolfidError(f"{path}:{lineno}: case {cid!r} is not in the case file "
                                f"{cases_spec or 'default'}: pass the run's --cases")
-        out.append(check_text(text if isinstance(text, str) else str(text), cases[cid]))
+        out.append(check_text(text, cases[cid]))
     if not out:
         raise ToolfidError(f"{path}: no samples in file")
     return out

@@ -26,7 +26,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .errors import ToolfidError
 from .fsutil import atomic_write_json
@@ -309,6 +309,24 @@ def _model_args_of(results: dict[str, Any]) -> dict[str, Any]:
     return dict(p.partition("=")[::2] for p in str(raw or "").split(",") if "=" in p)
 
 
+def iter_samples(path: Path) -> Iterator[tuple[int, str, str, dict[str, Any]]]:
+    """``(line number, case id, generation, sample)`` for each sample of an lm-eval ``--log_samples``
+    file of this task; one line naming ``file:line`` for anything else. Lines split on ``\n`` only
+    (a U+2028 inside a generation is not a line break)."""
+    with path.open(encoding="utf-8", newline="\n") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                sample = json.loads(line)
+                cid = str(sample["doc"]["id"])
+                text = sample["filtered_resps"][0]
+            except (ValueError, KeyError, IndexError, TypeError):
+                raise ToolfidError(f"{path}:{lineno}: not an lm-eval sample of this task "
+                                   "(needs doc.id and filtered_resps)") from None
+            yield lineno, cid, text if isinstance(text, str) else str(text), sample
+
+
 def reference_from_samples(path: str | Path, key: RunKey | None, task_names: tuple[str, ...] = ()) -> Reference:
     """A reference from an lm-eval ``--log_samples`` file of a base run of this task.
 
@@ -344,19 +362,10 @@ def reference_from_samples(path: str | Path, key: RunKey | None, task_names: tup
                                f"{', '.join(differ)}")
     prompt_hashes: dict[str, str] = {}
     generations: dict[str, str] = {}
-    with samples_path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                sample = json.loads(line)
-                cid = str(sample["doc"]["id"])
-                text = sample["filtered_resps"][0]
-                record = sample.get("cases_scored") or {}
-                prompt_hashes[cid] = str(record.get("request_hash") or "")
-            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-                raise ToolfidError(f"{samples_path}:{lineno}: not an lm-eval sample of this task") from None
-            generations[cid] = text if isinstance(text, str) else str(text)
+    for _, cid, text, sample in iter_samples(samples_path):
+        record = sample.get("cases_scored")
+        prompt_hashes[cid] = str(record.get("request_hash") or "") if isinstance(record, dict) else ""
+        generations[cid] = text
     if not generations:
         raise ToolfidError(f"base_samples {samples_path} holds no samples")
     return Reference(key=recorded or {}, prompt_hashes=prompt_hashes, generations=generations,
