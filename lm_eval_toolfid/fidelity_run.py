@@ -21,7 +21,7 @@ from . import calibration as calib
 from .cases import case_set_hash
 from .errors import ToolfidError
 from .pairing import Reference, RunKey, find_references, reference_dir, reference_from_samples, write_reference
-from .records import Case, PairScore, Summary
+from .records import MAX_TEXT, Case, PairScore, Summary
 from .scoring import pair, score_generation, summarize
 from .settings import TaskSettings
 from .verdict import NullComparison, Verdict, judge
@@ -206,7 +206,7 @@ class FidelityRun:
         full = set(ids) == set(self.cases)
         try:
             path = write_reference(self.key, hashes, generations, reference_dir(s.raw), full=full,
-                                   truncated={c for c in truncated if len(generations[c]) >= 65_536})
+                                   truncated={c for c in truncated if len(generations[c]) >= MAX_TEXT})
         except OSError as exc:
             self.provenance["reference_not_written"] = f"{type(exc).__name__}: {exc}"
             log.warning("tool_use_fidelity: could not write the base reference (%s: %s); the results of this run "

@@ -10,6 +10,7 @@ runs), whose aggregation is the run's one finish step.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 from functools import cached_property
 from typing import Any, Callable
@@ -182,8 +183,6 @@ class ToolUseFidelityTask(ConfigurableTask):
         if not self.settings.model_args.get("pretrained"):
             log.warning("tool_use_fidelity: no 'pretrained' in model_args/metadata: cannot pair or store a reference")
             return None
-        import json
-
         generation = json.loads(canonical(dict(self.config.generation_kwargs or {})))
         if lm_requests:
             generation["lm_eval"] = json.loads(canonical(lm_requests))
