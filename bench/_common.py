@@ -59,6 +59,7 @@ class Profile:
     emitted_tokens: int = 0  # per row, tokens up to its own finish (eos/pad)
     batches: list[tuple[int, int, int]] = field(default_factory=list)  # (rows, context len, steps)
     generations: dict[str, str] = field(default_factory=dict)
+    prompts: dict[str, str] = field(default_factory=dict)
 
 
 def instrument(lm: Any, profile: Profile) -> None:
@@ -125,9 +126,10 @@ def timed_scoring(profile: Profile) -> Iterator[None]:
         cls.process_results = original
 
 
-def run_view(model: str, cases: Path, home: Path, *, stopping: bool, batch_size: int = 16,
+def run_view(model: str, cases: Path | str, home: Path, *, stopping: bool, batch_size: int = 16,
              max_gen_toks: int | None = None, lm: Any = None, profile: Profile | None = None,
-             task: str = "tool_use_fidelity", extra_meta: dict | None = None) -> tuple[Profile, dict, Any]:
+             task: str = "tool_use_fidelity", extra_meta: dict | None = None,
+             limit: int | None = None) -> tuple[Profile, dict, Any]:
     """One instrumented base view through lm-eval's ``simple_evaluate`` (what ``toolfid run`` does)."""
     import lm_eval.evaluator
     from lm_eval import simple_evaluate
@@ -145,29 +147,38 @@ def run_view(model: str, cases: Path, home: Path, *, stopping: bool, batch_size:
         cls = ToolfidHFLM if stopping else HFLM
         lm = cls(pretrained=model, batch_size=batch_size, device="cpu")
         profile.load_s = time.perf_counter() - t0
-        instrument(lm, profile)
+        lm._toolfid_original_generate = lm._model_generate
+    lm._model_generate = getattr(lm, "_toolfid_original_generate", lm._model_generate)
+    instrument(lm, profile)
     meta = {"pretrained": model, "cases": str(cases), "write_reference": False, **(extra_meta or {})}
     manager = TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
     gen = {"gen_kwargs": f"max_gen_toks={max_gen_toks}"} if max_gen_toks else {}
     with timed_scoring(profile):
         out = simple_evaluate(model=lm, model_args={"pretrained": model}, tasks=[task], task_manager=manager,
-                              log_samples=True, bootstrap_iters=0, **gen)
+                              log_samples=True, bootstrap_iters=0, limit=limit, **gen)
     profile.total_s = time.perf_counter() - t0
     samples = out.pop("samples")[task]
     profile.generations = {s["doc"]["id"]: s["resps"][0][0] for s in samples}
+    from lm_eval_toolfid.pairing import sample_prompt
+
+    profile.prompts = {s["doc"]["id"]: sample_prompt(s) or "" for s in samples}
     metrics = {k.split(",")[0]: v for k, v in out["results"][task].items() if "," in k and "stderr" not in k}
     return profile, metrics, lm
 
 
-def call_tokens(tokenizer: Any, generations: dict[str, str]) -> tuple[int, int]:
-    """(tokens of the parsed calls' text, number of generations with a parsed call)."""
+def call_tokens(tokenizer: Any, generations: dict[str, str], prompts: dict[str, str] | None = None) -> tuple[int, int]:
+    """(tokens of the parsed calls' generated text, number of generations with a parsed call).
+
+    A primed answer (``plain-v3``) is scored with its primer; only the generated part is counted."""
     from lm_eval_toolfid.parsing import parse_calls
+    from lm_eval_toolfid.prompting import restore_primer
     from lm_eval_toolfid.stopping import truncate_call
 
     total = n = 0
-    for text in generations.values():
-        if parse_calls(text).calls:
-            end = truncate_call(text)
+    for cid, text in generations.items():
+        whole = restore_primer((prompts or {}).get(cid), text)
+        if parse_calls(whole).calls:
+            end = truncate_call(whole)[len(whole) - len(text):]
             total += len(tokenizer(end, add_special_tokens=False)["input_ids"])
             n += 1
     return total, n

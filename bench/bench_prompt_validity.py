@@ -1,65 +1,59 @@
 #!/usr/bin/env python
-"""Benchmark: base json_valid_rate / parse_rate of a real model per plain-prompt variant.
+"""Benchmark: a real model's base json_valid_rate / parse_rate per prompt style and template.
 
-Generates with ``ToolfidHFLM`` (stop at call end; the same generation path as a task run) on the
-first N default cases for each variant (template plain-v1 = JSON Schema lines, plain-v2 = compact
-signatures; number of demos) and scores with the task's own ``score_generation``.
+Each variant is one base view of the ``tool_use_fidelity`` task through lm-eval's
+``simple_evaluate`` on one loaded ``ToolfidHFLM`` (what ``toolfid run`` does: stop at the end
+of the call), scored by the task itself. A variant is ``style/template/demos``:
+``plain/plain-v3/1`` (the task's default), ``plain/plain-v1/2`` (the original), ``plain/plain-v2/2``
+(signatures), ``chat//0`` (the model's own chat template with the case's tools), ``raw//0``.
 
-Usage: ``nice -n 10 .venv/bin/python bench/bench_prompt_validity.py [--cases 40] [--variants plain-v1:2,plain-v2:2]``
+Prints per variant: json_valid_rate, parse_rate, mean prompt tokens, emitted tokens / tokens of
+the calls themselves, and the view's wall time.
+
+Usage: ``.venv/bin/python bench/bench_prompt_validity.py [--cases 268] [--variants ...] [--model DIR]``
+(``--cases`` takes the first N cases of the default set; examples for plain-v3 come from all 268).
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
-import time
+import tempfile
+from pathlib import Path
 
-from _common import real_model, threads
+from _common import call_tokens, real_model, run_view, threads
+
+DEFAULT_VARIANTS = "plain/plain-v3/1,plain/plain-v1/2,plain/plain-v2/2,chat//0,raw//0"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=int, default=40)
-    parser.add_argument("--offset", type=int, default=0)
-    parser.add_argument("--variants", default="plain-v1:2,plain-v2:2")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--max-gen-toks", type=int, default=192)
-    parser.add_argument("--model", default=None)
-    parser.add_argument("--show", type=int, default=0, help="print this many generations per variant")
+    parser.add_argument("--cases", type=int, default=268)
+    parser.add_argument("--variants", default=DEFAULT_VARIANTS)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--model", default=None, help="a local HF model folder (default: SmolLM2-135M-Instruct)")
     args = parser.parse_args()
     model = args.model or real_model()
     n_threads = threads()
-
-    from lm_eval_toolfid.cases import load_cases
-    from lm_eval_toolfid.hflm import ToolfidHFLM
-    from lm_eval_toolfid.prompting import PromptSettings, render_prompt
-    from lm_eval_toolfid.scoring import score_generation
-
-    lm = ToolfidHFLM(pretrained=model, batch_size=args.batch_size, device="cpu")
-    cases = load_cases("default")[args.offset:args.offset + args.cases]
-    gen = {"until": ["\n###"], "do_sample": False, "max_gen_toks": args.max_gen_toks}
-
-    class Req:
-        def __init__(self, prompt: str) -> None:
-            self.args = (prompt, dict(gen))
-
-    print(f"{model}: {len(cases)} default cases from #{args.offset}, batch {args.batch_size}, CPU, {n_threads} torch thread(s)")
-    for variant in args.variants.split(","):
-        template, demos = variant.split(":")
-        settings = PromptSettings(demos=int(demos), template=template)
-        prompts = [render_prompt(c, settings) for c in cases]
-        start = time.perf_counter()
-        texts = lm.generate_until([Req(p) for p in prompts], disable_tqdm=True)
-        elapsed = time.perf_counter() - start
-        outcomes = [score_generation(t, c) for t, c in zip(texts, cases)]
-        kinds = collections.Counter(o.kind.value for o in outcomes)
-        n = len(cases)
-        ptoks = sum(len(lm.tok_encode(p)) for p in prompts) / n
-        print(f"  {template} demos={demos}: json_valid_rate {kinds['valid'] / n:.3f}  parse_rate "
-              f"{sum(o.kind.parsed for o in outcomes) / n:.3f}  {dict(kinds)}  prompt tokens {ptoks:.0f}  "
-              f"{elapsed:.0f} s")
-        for t in texts[:args.show]:
-            print("     |", t[:300].replace("\n", "\\n"))
+    print(f"{model}: first {args.cases} default cases, batch {args.batch_size}, CPU, {n_threads} torch thread(s), "
+          "ToolfidHFLM (stop at call end)", flush=True)
+    lm = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for variant in args.variants.split(","):
+            style, template, demos = variant.split("/")
+            meta = {"prompt_style": style, "demos": int(demos), **({"prompt_template": template} if template else {})}
+            try:
+                profile, metrics, lm = run_view(model, "default", Path(tmp) / "home", stopping=True, lm=lm,
+                                                batch_size=args.batch_size, limit=args.cases, extra_meta=meta)
+            except SystemExit as exc:  # e.g. chat style on a model without a chat template
+                print(f"  {variant:18s} not run: {exc}", flush=True)
+                continue
+            ctoks, n_calls = call_tokens(lm.tokenizer, profile.generations, profile.prompts)
+            n = len(profile.generations)
+            ptoks = sum(len(lm.tok_encode(p)) for p in profile.prompts.values()) / max(n, 1)
+            print(f"  {variant:18s} json_valid_rate {metrics.get('json_valid_rate', float('nan')):.3f}  "
+                  f"parse_rate {metrics.get('parse_rate', float('nan')):.3f}  n {n}  prompt tokens {ptoks:.0f}  "
+                  f"emitted/call tokens {profile.emitted_tokens / max(ctoks, 1):.2f}  "
+                  f"{profile.prefill_s + profile.decode_s:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,13 @@ answers per row (lm-eval's own criteria only stop a batch once *every* row has h
 sequence). Greedy decoding makes a stopped row's text a prefix of what the row would have
 generated, so ``stopping.truncate_call`` of either text is the same string.
 
-Use it wherever toolfid builds the model itself (``toolfid run``)::
+It stops early only for requests whose doc says they expect at most one call (the task's
+``expected_calls`` column; the scoring core answers those cases with the text up to the end of
+the first call, :func:`lm_eval_toolfid.scoring.answer_text`), so outcomes are identical to a run
+that generated to ``until``/``max_gen_toks``. Requests of other tasks, or of cases that expect
+several calls, generate as ``HFLM`` does.
+
+``toolfid run`` (and calibration) build the model as this class::
 
     from lm_eval_toolfid.hflm import ToolfidHFLM   # instead of lm_eval.models.huggingface.HFLM
 """
@@ -21,13 +27,32 @@ from lm_eval.models.utils_hf import stop_sequences_criteria
 from .stopping import make_stopping_criteria
 
 
+def single_call(request: Any) -> bool:
+    """Whether a request is a tool_use_fidelity case answered by (at most) one call."""
+    doc = getattr(request, "doc", None)
+    if not isinstance(doc, dict) or "expected_calls" not in doc:
+        return False
+    try:
+        return int(doc["expected_calls"]) <= 1
+    except (TypeError, ValueError):
+        return False
+
+
 class ToolfidHFLM(HFLM):
     """HFLM whose generation stops per sequence at the end of the first complete tool call."""
 
     stop_at_call_end: bool = True
+    _stop_now: bool = False
+
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        self._stop_now = self.stop_at_call_end and bool(requests) and all(single_call(r) for r in requests)
+        try:
+            return super().generate_until(requests, disable_tqdm=disable_tqdm)
+        finally:
+            self._stop_now = False
 
     def _model_generate(self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any) -> Any:
-        if not self.stop_at_call_end:
+        if not self._stop_now:
             return super()._model_generate(context, max_length, stop, **generation_kwargs)
         import torch
 

@@ -30,6 +30,7 @@ from typing import Any, Iterator
 
 from .errors import ToolfidError
 from .fsutil import atomic_write_json
+from .prompting import restore_primer
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -311,7 +312,8 @@ def _model_args_of(results: dict[str, Any]) -> dict[str, Any]:
 
 def iter_samples(path: Path) -> Iterator[tuple[int, str, str, dict[str, Any]]]:
     """``(line number, case id, generation, sample)`` for each sample of an lm-eval ``--log_samples``
-    file of this task; one line naming ``file:line`` for anything else. Lines split on ``\n`` only
+    file of this task; one line naming ``file:line`` for anything else. The generation is the whole
+    answer: a primer the prompt ended with (``plain-v3``) is put back in front. Lines split on ``\n`` only
     (a U+2028 inside a generation is not a line break)."""
     with path.open(encoding="utf-8", newline="\n") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -324,7 +326,20 @@ def iter_samples(path: Path) -> Iterator[tuple[int, str, str, dict[str, Any]]]:
             except (ValueError, KeyError, IndexError, TypeError):
                 raise ToolfidError(f"{path}:{lineno}: not an lm-eval sample of this task "
                                    "(needs doc.id and filtered_resps)") from None
-            yield lineno, cid, text if isinstance(text, str) else str(text), sample
+            yield lineno, cid, restore_primer(sample_prompt(sample), text if isinstance(text, str) else str(text)), sample
+
+
+def sample_prompt(sample: dict[str, Any]) -> str | None:
+    """The prompt an lm-eval sample was generated from (``arguments.gen_args_0.arg_0``), if recorded."""
+    args = sample.get("arguments")
+    if isinstance(args, dict):
+        first = args.get("gen_args_0")
+        if isinstance(first, dict) and isinstance(first.get("arg_0"), str):
+            return first["arg_0"]
+    elif isinstance(args, (list, tuple)) and args and isinstance(args[0], (list, tuple)) and args[0] \
+            and isinstance(args[0][0], str):
+        return args[0][0]
+    return None
 
 
 def reference_from_samples(path: str | Path, key: RunKey | None, task_names: tuple[str, ...] = ()) -> Reference:

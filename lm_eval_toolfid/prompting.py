@@ -3,7 +3,17 @@
 - ``plain`` (default): an instruction, demonstrations, then the case's tools and request. Works for
   base (non-chat) models: each block lists the tools offered, the request, and a ``### Call`` line
   the model completes with one JSON call. Demonstrations use tools that the case does not offer,
-  so they teach the format without leaking the answer.
+  so they teach the format without leaking the answer. Three templates (``prompt_template``):
+
+  - ``plain-v1``: tools as JSON Schema lines (the original; the fixture model was trained on it);
+  - ``plain-v2``: tools as compact signatures (``f(a: string, b?: "x" | "y")``): nothing to copy;
+  - ``plain-v3`` (the ``tool_use_fidelity`` task's default): signatures, each followed by an
+    ``Example:`` call of *that* tool taken from another case of the case file that offers the
+    same tool (same name and schema), and the answer started for the model with ``{"name": "``
+    (:data:`PRIMER`; restored in front of the generation before scoring, see :func:`restore_primer`).
+    Every offered tool gets its example, so the examples show argument formats without telling
+    which tool the request needs. Small models copy the parameter *schema* into ``arguments``
+    under v1; an example call right under the signature is what they copy instead.
 - ``chat``: the model's own chat template with the case's tools (see :mod:`lm_eval_toolfid.chat`).
 - ``raw``: the bare request text only, as the original design did.
 """
@@ -22,6 +32,10 @@ if TYPE_CHECKING:
     from .chat import ChatPrompter
 
 TEMPLATE_VERSION = "plain-v1"
+"""The default template of :class:`PromptSettings` (kept for references and the fixture model)."""
+
+PRIMER = '{"name": "'
+"""Start of the answer written into ``plain-v3`` prompts; the model continues after it."""
 
 INSTRUCTION = (
     "Answer each request with exactly one tool call: a JSON object "
@@ -107,6 +121,8 @@ DEMO_POOL: list[tuple[list[ToolSpec], str, dict[str, Any]]] = [
 # plain-v2: tools as compact signatures instead of JSON Schema text. Small models copy schema
 # JSON ("type": "string", "properties": ...) into their arguments; a signature has nothing to copy.
 TEMPLATE_SIGNATURES = "plain-v2"
+TEMPLATE_EXAMPLES = "plain-v3"
+TEMPLATES = (TEMPLATE_VERSION, TEMPLATE_SIGNATURES, TEMPLATE_EXAMPLES)
 
 
 def _type_of(schema: Any) -> str:
@@ -149,19 +165,56 @@ def _signature(tool: ToolSpec) -> str:
     return f"{tool.name}({_params(params)}){desc}"
 
 
-def _render_tools(tools: list[ToolSpec], template: str = TEMPLATE_VERSION) -> str:
-    if template == TEMPLATE_SIGNATURES:
-        return "\n".join(_signature(t) for t in tools)
+def _render_tools(tools: list[ToolSpec], template: str = TEMPLATE_VERSION,
+                  examples: dict[str, dict[str, Any]] | None = None) -> str:
+    if template in (TEMPLATE_SIGNATURES, TEMPLATE_EXAMPLES):
+        lines = []
+        for t in tools:
+            lines.append(_signature(t))
+            if examples and t.name in examples:
+                lines.append("Example: " + json.dumps(examples[t.name], ensure_ascii=False))
+        return "\n".join(lines)
     return "\n".join(json.dumps(t.for_prompt(), ensure_ascii=False) for t in tools)
 
 
 def render_block(tools: list[ToolSpec], request: str, call: dict[str, Any] | None = None,
-                 template: str = TEMPLATE_VERSION) -> str:
+                 template: str = TEMPLATE_VERSION, examples: dict[str, dict[str, Any]] | None = None) -> str:
     """One example block; without ``call`` it ends at ``### Call`` for the model to complete."""
-    head = f"### Tools\n{_render_tools(tools, template)}\n### Request\n{request}\n### Call\n"
+    head = f"### Tools\n{_render_tools(tools, template, examples)}\n### Request\n{request}\n### Call\n"
     if call is None:
         return head
     return head + json.dumps(call, ensure_ascii=False) + "\n"
+
+
+def _spec_key(tool: ToolSpec) -> str:
+    return tool.name + "\0" + json.dumps(tool.parameters, sort_keys=True, ensure_ascii=False, default=str)
+
+
+class ExampleIndex:
+    """Example calls per tool, from the gold calls of a case file (``plain-v3``).
+
+    A tool's example for case X is the exact gold call of another case whose offered tool has the
+    same name *and* schema, chosen stably from X's id; never X's own call. A tool no other case
+    calls with exact arguments gets no example (a case file with one case per tool gets none).
+    """
+
+    def __init__(self, cases: list[Case]) -> None:
+        self._by_spec: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for case in cases:
+            specs = {t.name: _spec_key(t) for t in case.tools}
+            for gold in case.expected_calls:
+                if gold.arguments is not None and gold.name in specs:
+                    self._by_spec.setdefault(specs[gold.name], []).append(
+                        (case.id, {"name": gold.name, "arguments": gold.arguments}))
+
+    def for_case(self, case: Case) -> dict[str, dict[str, Any]]:
+        out = {}
+        for tool in case.tools:
+            options = [call for cid, call in self._by_spec.get(_spec_key(tool), []) if cid != case.id]
+            if options:
+                pick = int(hashlib.sha256(f"{case.id}\0{tool.name}".encode()).hexdigest(), 16) % len(options)
+                out[tool.name] = options[pick]
+        return out
 
 
 def pick_demos(case: Case, n: int) -> list[tuple[list[ToolSpec], str, dict[str, Any]]]:
@@ -178,7 +231,7 @@ def pick_demos(case: Case, n: int) -> list[tuple[list[ToolSpec], str, dict[str, 
 
 
 def render_prompt(case: Case, settings: PromptSettings = PromptSettings(),
-                  chat: ChatPrompter | None = None) -> str:
+                  chat: ChatPrompter | None = None, examples: ExampleIndex | None = None) -> str:
     """The full prompt for a case in the settings' style (``chat`` needs the model's :class:`ChatPrompter`)."""
     if settings.style == "raw":
         return case.prompt
@@ -188,16 +241,36 @@ def render_prompt(case: Case, settings: PromptSettings = PromptSettings(),
         return chat.render(case, pick_demos(case, settings.demos), settings.system_prompt)
     if settings.style != "plain":
         raise ToolfidError(f"unknown prompt_style {settings.style!r}; use one of {', '.join(PROMPT_STYLES)}")
-    return render_plain(case, settings)
+    return render_plain(case, settings, examples)
 
 
-def render_plain(case: Case, settings: PromptSettings = PromptSettings()) -> str:
-    """The plain prompt: instruction, demos, then the open block."""
+def render_plain(case: Case, settings: PromptSettings = PromptSettings(), examples: ExampleIndex | None = None) -> str:
+    """The plain prompt: instruction, demos, then the open block (``plain-v3``: with examples, primed)."""
+    if settings.template not in TEMPLATES:
+        raise ToolfidError(f"unknown prompt_template {settings.template!r}; use one of {', '.join(TEMPLATES)}")
+    v3 = settings.template == TEMPLATE_EXAMPLES
+    demo_template = TEMPLATE_SIGNATURES if v3 else settings.template
     parts = [settings.instruction + "\n\n"] if settings.instruction else []
-    parts += [render_block(tools, req, call, settings.template) + "\n"
+    parts += [render_block(tools, req, call, demo_template) + "\n"
               for tools, req, call in pick_demos(case, settings.demos)]
-    parts.append(render_block(case.tools, case.prompt, template=settings.template))
+    parts.append(render_block(case.tools, case.prompt, template=settings.template,
+                              examples=examples.for_case(case) if v3 and examples is not None else None))
+    if v3:
+        parts.append(PRIMER)
     return "".join(parts)
+
+
+def primer_of(settings: PromptSettings) -> str:
+    """The start of the answer the prompt writes for the model ('' when the model writes it all)."""
+    return PRIMER if settings.style == "plain" and settings.template == TEMPLATE_EXAMPLES else ""
+
+
+def restore_primer(prompt: Any, text: str) -> str:
+    """The whole answer: the primer the prompt ended with, then the generation. Used wherever a
+    generation is read back (the task, lm-eval samples files), so a primed answer scores whole."""
+    if isinstance(prompt, str) and prompt.endswith(PRIMER):
+        return PRIMER + text
+    return text
 
 
 def render_call(name: str, arguments: dict[str, Any]) -> str:
@@ -210,23 +283,34 @@ class Prompter:
     chat style, the loaded chat template. Built once per run from the task settings."""
 
     def __init__(self, style: str = "plain", demos: int = 2, system_prompt: str | None = None,
-                 model_args: dict[str, Any] | None = None, chat_template: str | None = None) -> None:
+                 model_args: dict[str, Any] | None = None, chat_template: str | None = None,
+                 template: str = TEMPLATE_VERSION, cases: list[Case] | None = None) -> None:
         if style not in PROMPT_STYLES:
             raise ToolfidError(f"unknown prompt_style {style!r}; use one of {', '.join(PROMPT_STYLES)}")
+        if template not in TEMPLATES:
+            raise ToolfidError(f"unknown prompt_template {template!r}; use one of {', '.join(TEMPLATES)}")
         self.chat: ChatPrompter | None = None
         if style == "chat":
             from .chat import ChatPrompter
 
             self.chat = ChatPrompter.from_model_args(model_args or {}, chat_template)
-        self.settings = PromptSettings(demos=demos, style=style,
+        self.settings = PromptSettings(demos=demos, style=style, template=template if style == "plain" else TEMPLATE_VERSION,
                                        system_prompt=system_prompt if style == "chat" else None,
                                        chat_template_sha=self.chat.sha if self.chat else None)
+        self.examples = ExampleIndex(cases or []) if self.settings.template == TEMPLATE_EXAMPLES else None
+        self.primer = primer_of(self.settings)
 
     def render(self, case: Case) -> str:
-        return render_prompt(case, self.settings, self.chat)
+        return render_prompt(case, self.settings, self.chat, self.examples)
+
+    def answer(self, text: str) -> str:
+        """A generation as the whole answer (the primer put back in front)."""
+        return self.primer + text
 
     def provenance(self) -> dict[str, Any]:
         out: dict[str, Any] = {"prompt_style": self.settings.style}
+        if self.settings.style == "plain":
+            out["prompt_template"] = self.settings.template
         if self.chat is not None:
             out.update(chat_tools_in=self.chat.tools_in, chat_template_sha=self.chat.sha,
                        chat_template_source=self.chat.source)

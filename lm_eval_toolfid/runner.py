@@ -68,8 +68,7 @@ class ModelSession:
 
     def __init__(self, base: str, first_adapter: str, batch_size: int | str = 16, device: str | None = None,
                  dtype: str | None = None, progress: Any = None, verbose: bool = True) -> None:
-        from lm_eval.models.huggingface import HFLM
-
+        from .hflm import ToolfidHFLM
         from .reporting.progress import count_tokens, quiet_lm_eval
 
         check_base(base)
@@ -86,7 +85,7 @@ class ModelSession:
         if progress is not None:
             progress.message(f"loading {base} on {kwargs['device']}")
         with quiet_lm_eval(progress, self.verbose) if progress is not None else contextlib.nullcontext():
-            self.lm = HFLM(**kwargs)
+            self.lm = ToolfidHFLM(**kwargs)  # HFLM that stops each row at the end of its call
         if progress is not None:
             count_tokens(self.lm, progress)
         self.model_args = {"pretrained": base, **({"dtype": dtype} if dtype else {})}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from .parsing import parse_calls
+from .stopping import truncate_call
 from .records import (
     CallOutcome,
     Case,
@@ -156,12 +157,27 @@ def _match_all(calls: list[CallOutcome], golds: list[GoldCall]) -> bool:
 
 # --- one view of one case ------------------------------------------------------------------
 
+def answer_text(text: str, case: Case) -> str:
+    """The part of a generation that is scored.
+
+    A case that expects at most one call is answered by the text up to the end of its first
+    complete call (:func:`stopping.truncate_call`): what a model writes after that (a repeated
+    call, another ``### Tools`` block, schema text) is not part of the answer. This is also exactly
+    where a backend that stops at the end of the call stops, so outcomes are identical whether or
+    not generation stopped early. A case that expects several calls keeps the whole text.
+    """
+    if len(case.expected_calls) > 1:
+        return text
+    return truncate_call(text)
+
+
 def score_generation(text: Any, case: Case, task_allowed: Sequence[str] | None = None,
                      string_arguments_valid: bool = True) -> Outcome:
     """Score one generation for one case: every call, then what the case amounts to. Never raises:
     a failure inside scoring becomes a ``malformed`` outcome with keyword ``scoring_error``."""
     text = text if isinstance(text, str) else ("" if text is None else str(text))
     try:
+        text = answer_text(text, case)
         return _score_generation(text, case, task_allowed, string_arguments_valid)
     except Exception as exc:  # noqa: BLE001 — one case must never end a run; counted and visible
         log.warning("tool_use_fidelity: scoring failed on case %s: %s: %s", case.id, type(exc).__name__, exc)

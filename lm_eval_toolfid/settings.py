@@ -18,7 +18,8 @@ from .prompting import PromptSettings
 from .verdict import VerdictConfig
 
 SETTING_KEYS = ("cases", "demos", "allowed_tools", "base_samples", "calibration", "write_reference",
-                "string_arguments", "backend", "prompt_style", "system_prompt", "chat_template")
+                "string_arguments", "backend", "prompt_style", "prompt_template", "system_prompt",
+                "chat_template")
 OTHER_TASK_KEYS = {"reference_dir", "version", "toolfid"}
 """Keys the task (or lm-eval's YAML) owns that are not model arguments."""
 
@@ -37,6 +38,8 @@ class TaskSettings(BaseModel):
     backend: str | None = None
     """The lm-eval model backend (``hf``, ``vllm``…); detected when not given."""
     prompt_style: Literal["plain", "chat", "raw"] = "plain"
+    prompt_template: Literal["plain-v1", "plain-v2", "plain-v3"] = "plain-v1"
+    """Plain style only: how tools are shown (see :mod:`lm_eval_toolfid.prompting`)."""
     system_prompt: str | None = None
     chat_template: str | None = None
     verdict: VerdictConfig = VerdictConfig()
@@ -68,6 +71,7 @@ class TaskSettings(BaseModel):
     def prompt(self) -> PromptSettings:
         """Plain/raw settings; the chat style's template hash is added by :class:`prompting.Prompter`."""
         return PromptSettings(demos=self.demos, style=self.prompt_style,
+                              template=self.prompt_template if self.prompt_style == "plain" else "plain-v1",
                               system_prompt=self.system_prompt if self.prompt_style == "chat" else None)
 
     @property

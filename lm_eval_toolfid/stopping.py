@@ -9,7 +9,8 @@ module scans the generated text incrementally:
   a span that does not parse (``{x}`` in prose) is skipped and the scan goes on;
 - ``[...]``: a list at the start of the generation (JSON array of calls, or a pythonic
   ``[f(a=1), g(b="x")]``) closes, brackets/parentheses/braces balanced, ``'`` and ``"`` strings;
-- ``<tool_call> ... </tool_call>``: the closing tag;
+- ``<tool_call> ... </tool_call>``: the closing tag; ``[TOOL_CALLS]`` (Mistral) is skipped and
+  what follows it scanned;
 - a fenced block (```` ```json ... ``` ````): the closing fence;
 - any of the task's stop strings (``until``), per sequence.
 
@@ -31,6 +32,7 @@ from typing import Any, Sequence
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
 FENCE = "```"
+MISTRAL = "[TOOL_CALLS]"
 _PAIRS = {"{": "}", "[": "]", "(": ")"}
 _CLOSERS = set(_PAIRS.values())
 
@@ -90,6 +92,11 @@ class CallScanner:
                 if ch.isspace():
                     i += 1
                     continue
+                if ch == "[" and MISTRAL.startswith(text[i:i + len(MISTRAL)]):
+                    if len(text) - i < len(MISTRAL):
+                        break  # maybe the marker, still arriving
+                    i += len(MISTRAL)  # Mistral's marker: the call list follows
+                    continue
                 if ch in "{[":
                     self._open_span(i, ch, "object" if ch == "{" else "list")
                     i += 1
@@ -108,12 +115,14 @@ class CallScanner:
                 self._mode = "prose"
                 continue
             if mode == "prose":
-                j = _first_of(text, i, ("{", OPEN_TAG, FENCE))
+                j = _first_of(text, i, ("{", OPEN_TAG, FENCE, MISTRAL))
                 if j is None:
                     # keep the last few chars in view: a marker may be split across chunks
-                    i = max(i, n - len(OPEN_TAG) + 1)
+                    i = max(i, n - len(MISTRAL) + 1)
                     break
-                if text[j] == "{":
+                if text.startswith(MISTRAL, j):
+                    self._mode, i = "lead", j + len(MISTRAL)
+                elif text[j] == "{":
                     self._open_span(j, "{", "object")
                     i = j + 1
                 elif text.startswith(OPEN_TAG, j):

@@ -86,7 +86,10 @@ class ToolUseFidelityTask(ConfigurableTask):
             self.cases: dict[str, Case] = {c.id: c for c in load_cases(self.settings.cases)}
         except ToolfidError as exc:
             raise _fail(exc) from None
-        rows = [{"id": c.id, "prompt": c.prompt, "gold_tool_name": c.gold_tool_name or ""} for c in self.cases.values()]
+        # expected_calls: how many calls answer the case; a backend that stops generating at the end
+        # of the first call (ToolfidHFLM) does so only when every request in its batch expects <= 1
+        rows = [{"id": c.id, "prompt": c.prompt, "gold_tool_name": c.gold_tool_name or "",
+                 "expected_calls": len(c.expected_calls)} for c in self.cases.values()]
         self.dataset = datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
         self.run = FidelityRun(self.settings, self.cases, task_names=(str(self.config.task),))
 
@@ -110,7 +113,8 @@ class ToolUseFidelityTask(ConfigurableTask):
         """The prompt style (plain/chat/raw); the chat style loads the model's chat template once."""
         try:
             return Prompter(self.settings.prompt_style, self.settings.demos, self.settings.system_prompt,
-                            self.settings.model_args, self.settings.chat_template)
+                            self.settings.model_args, self.settings.chat_template,
+                            template=self.settings.prompt_template, cases=list(self.cases.values()))
         except ToolfidError as exc:
             raise _fail(exc) from None
 
@@ -203,7 +207,9 @@ class ToolUseFidelityTask(ConfigurableTask):
         return "fidelity_pass" if self.settings.is_adapter_run else "cases_scored"
 
     def process_results(self, doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
-        record = self.run.score(str(doc["id"]), results[0] if results else "")
+        text = results[0] if results else ""
+        text = text if isinstance(text, str) else ("" if text is None else str(text))
+        record = self.run.score(str(doc["id"]), self.prompter.answer(text))
         items: dict[str, Any] = case_items(record)
         if self.run.calibration is not None and record.relevant:
             items["json_valid_z"] = int(record.ft.valid)

@@ -39,3 +39,56 @@ def test_plain_v2_renders_every_default_case() -> None:
         text = render_prompt(case, PromptSettings(template="plain-v2"))
         for tool in case.tools:
             assert f"\n{tool.name}(" in text
+
+
+def test_plain_v3_examples_come_from_other_cases_and_every_tool_gets_one() -> None:
+    from lm_eval_toolfid.prompting import PRIMER, Prompter
+
+    cases = load_cases("default")
+    prompter = Prompter("plain", demos=1, template="plain-v3", cases=cases)
+    assert prompter.primer == PRIMER
+    own_calls = 0
+    for case in cases:
+        text = prompter.render(case)
+        assert text.endswith("### Call\n" + PRIMER)
+        block = text.rsplit("### Tools\n", 1)[1].split("### Request\n")[0]
+        examples = [json.loads(line.removeprefix("Example: ")) for line in block.splitlines()
+                    if line.startswith("Example: ")]
+        # one example per offered tool (each tool is gold in other cases of the default set)...
+        assert [e["name"] for e in examples] == [t.name for t in case.tools]
+        # ...never the case's own answer, and each a gold call of some other case
+        own = {"name": case.gold_tool_name, "arguments": case.gold_arguments}
+        own_calls += own in examples
+        for e in examples:
+            assert any(e == {"name": c.gold_tool_name, "arguments": c.gold_arguments}
+                       for c in cases if c.id != case.id)
+        assert '"type"' not in block
+    assert own_calls == 0
+    assert prompter.answer('get_weather", "arguments": {}}') == '{"name": "get_weather", "arguments": {}}'
+    assert prompter.settings.fingerprint() not in (PromptSettings().fingerprint(),
+                                                   PromptSettings(template="plain-v2", demos=1).fingerprint())
+
+
+def test_plain_v3_without_siblings_has_no_examples_and_the_primer_is_restored_from_samples() -> None:
+    from lm_eval_toolfid.pairing import sample_prompt
+    from lm_eval_toolfid.prompting import PRIMER, Prompter, restore_primer
+
+    case = make_case()
+    text = Prompter("plain", demos=0, template="plain-v3", cases=[case]).render(case)
+    assert "Example:" not in text and text.endswith(PRIMER)
+    sample = {"arguments": {"gen_args_0": {"arg_0": text, "arg_1": {}}}}
+    assert restore_primer(sample_prompt(sample), 'x"}') == PRIMER + 'x"}'
+    assert restore_primer("### Call\n", 'x"}') == 'x"}'  # plain-v1 prompts are not primed
+
+
+def test_unknown_template_is_one_line() -> None:
+    import pytest
+
+    from lm_eval_toolfid.errors import ToolfidError
+    from lm_eval_toolfid.prompting import Prompter
+    from lm_eval_toolfid.settings import TaskSettings
+
+    with pytest.raises(ToolfidError, match="prompt_template"):
+        Prompter("plain", template="plain-v9")
+    with pytest.raises(ToolfidError, match="prompt_template"):
+        TaskSettings.from_metadata({"prompt_template": "plain-v9"})

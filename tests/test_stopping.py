@@ -104,14 +104,17 @@ def test_hflm_stops_early_with_identical_calls() -> None:
     gen = {"until": ["\n###"], "do_sample": False, "max_gen_toks": 48}
 
     class Req:
-        def __init__(self, prompt: str) -> None:
+        def __init__(self, prompt: str, expected_calls: int = 1) -> None:
             self.args = (prompt, dict(gen))
+            self.doc = {"id": "x", "expected_calls": expected_calls}
 
     base = fixture_paths()["base"]
     plain = HFLM(pretrained=base, batch_size=8, device="cpu")
     stopping = ToolfidHFLM(pretrained=base, batch_size=8, device="cpu")
     full = plain.generate_until([Req(p) for p in prompts], disable_tqdm=True)
     stopped = stopping.generate_until([Req(p) for p in prompts], disable_tqdm=True)
+    # cases that expect several calls are never cut short: they generate exactly as HFLM does
+    assert stopping.generate_until([Req(p, 2) for p in prompts[:8]], disable_tqdm=True) == full[:8]
     assert [truncate_call(t) for t in full] == [truncate_call(t) for t in stopped]
     assert all(f.startswith(s) for f, s in zip(full, stopped))
     tok = plain.tokenizer
@@ -119,3 +122,24 @@ def test_hflm_stops_early_with_identical_calls() -> None:
     n_stopped = sum(len(tok(t)["input_ids"]) for t in stopped)
     assert any(call_complete(t) for t in stopped)
     assert n_stopped < n_full, (n_stopped, n_full)
+
+
+def test_answer_text_cuts_single_call_cases_only() -> None:
+    from lm_eval_toolfid.records import Case
+    from lm_eval_toolfid.scoring import answer_text, score_generation
+
+    tools = [{"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}]
+    one = Case(id="one", prompt="p", tools=tools, gold_tool_name="f", gold_arguments={"a": 1})
+    two = Case(id="two", prompt="p", tools=tools, gold_calls=[{"name": "f", "arguments": {"a": 1}},
+                                                              {"name": "f", "arguments": {"a": 2}}])
+    call = '{"name": "f", "arguments": {"a": 1}}'
+    runaway = call + '\n{"name": "f", "arguments": {"a": "schema text copied'
+    assert answer_text(runaway, one) == call
+    assert answer_text(runaway, two) == runaway
+    # what follows the first call does not change a single-call case's outcome...
+    assert score_generation(runaway, one) == score_generation(call, one)
+    assert score_generation(runaway, one).valid
+    # ...while a multi-call case sees every call it wrote
+    both = call + "\n" + call.replace("1", "2")
+    assert score_generation(both, two).n_calls == 2
+    assert score_generation(answer_text(both, one), one).n_calls == 1

@@ -141,7 +141,10 @@ def _text(sample: dict[str, Any]) -> str:
     first = resps[0]
     while isinstance(first, list) and first:
         first = first[0]
-    return first if isinstance(first, str) else json.dumps(first)
+    from ..pairing import sample_prompt
+    from ..prompting import restore_primer
+
+    return restore_primer(sample_prompt(sample), first if isinstance(first, str) else json.dumps(first))
 
 
 def breakdown(run: Run, base_runs: list[Run] | None = None) -> Breakdown | None:
