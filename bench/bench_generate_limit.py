@@ -2,7 +2,7 @@
 """Benchmark: tokens/s of a toolfid view vs bare HF ``generate`` on the same prompts and batches.
 
 Loads SmolLM2-135M-Instruct once (``ToolfidHFLM``), runs one base view of the default task
-(~8 cases, plain prompt, 2 demos) through lm-eval's ``simple_evaluate`` and times it (everything
+(first ~8 cases, the task's default prompt: plain-v3, 1 demo) through lm-eval's ``simple_evaluate`` and times it (everything
 but the model load: prompt rendering, lm-eval's request building, tokenising, generating,
 scoring, aggregation). Then calls ``model.generate`` directly on the same prompts in the same
 batches (lm-eval's order: longest first), with the same stopping criteria and token budget.
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import Profile, real_model, run_view, subset_file, threads
+from _common import Profile, real_model, run_view, threads
 
 
 def main() -> None:
@@ -33,17 +33,15 @@ def main() -> None:
     import torch
     from transformers import StoppingCriteriaList
 
-    from lm_eval_toolfid.cases import load_cases
-    from lm_eval_toolfid.prompting import PromptSettings, render_prompt
     from lm_eval_toolfid.stopping import make_stopping_criteria
     from lm_eval.models.utils_hf import stop_sequences_criteria
 
     with tempfile.TemporaryDirectory() as tmp:
-        cases_file = subset_file(args.cases, Path(tmp) / "cases.jsonl")
-        profile, _, lm = run_view(model, cases_file, Path(tmp) / "home", stopping=True, batch_size=args.batch_size)
+        profile, _, lm = run_view(model, "default", Path(tmp) / "home", stopping=True, batch_size=args.batch_size,
+                                  limit=args.cases)
         view_s = profile.total_s - profile.load_s
 
-        prompts = [render_prompt(c, PromptSettings(demos=2)) for c in load_cases(str(cases_file))]
+        prompts = list(profile.prompts.values())  # exactly what the task view generated from
         lengths = [len(lm.tok_encode(p)) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
         bare = Profile()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark: where a run's time goes (model load, prompt processing, decoding, scoring, rest).
 
-One base view of the default task on SmolLM2-135M-Instruct (~8 cases, plain prompt, 2 demos),
+One base view of the default task on SmolLM2-135M-Instruct (first ~8 cases, the task's default prompt: plain-v3, 1 demo),
 through lm-eval's ``simple_evaluate`` as ``toolfid run`` does it, with lm-eval's ``HFLM`` and then
 with ``ToolfidHFLM`` (stop at call end). Prefill is the time from ``generate`` to the first logits
 of each batch; decoding the rest of ``generate``; scoring the time inside ``process_results``.
@@ -16,7 +16,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from _common import call_tokens, real_model, run_view, subset_file, threads
+from _common import call_tokens, real_model, run_view, threads
 
 
 def main() -> None:
@@ -30,12 +30,11 @@ def main() -> None:
     n_threads = threads()
     variants = [("ToolfidHFLM", True)] if args.only_stopping else [("HFLM", False), ("ToolfidHFLM", True)]
     with tempfile.TemporaryDirectory() as tmp:
-        cases = subset_file(args.cases, Path(tmp) / "cases.jsonl")
         results = []
         for label, stopping in variants:
-            profile, metrics, lm = run_view(model, cases, Path(tmp) / "home", stopping=stopping,
-                                            batch_size=args.batch_size)
-            results.append((label, profile, metrics, call_tokens(lm.tokenizer, profile.generations)))
+            profile, metrics, lm = run_view(model, "default", Path(tmp) / "home", stopping=stopping,
+                                            batch_size=args.batch_size, limit=args.cases)
+            results.append((label, profile, metrics, call_tokens(lm.tokenizer, profile.generations, profile.prompts)))
             del lm
     print(f"SmolLM2-135M-Instruct, {args.cases} default cases, batch {args.batch_size}, CPU, {n_threads} torch thread(s)")
     for label, p, m, (ctoks, n_calls) in results:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark: generated tokens / tokens of the parsed calls, with and without stop-at-call-end.
 
-Runs the same base view of the default task (plain prompt, 2 demos) on SmolLM2-135M-Instruct
+Runs the same base view of the default task (the task's default prompt: plain-v3, 1 demo) on SmolLM2-135M-Instruct
 twice in one process: lm-eval's ``HFLM`` (stops a batch only when every row hit ``until``) and
 ``ToolfidHFLM`` (stops each row once its call is complete). For each prints
 
@@ -20,7 +20,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from _common import call_tokens, real_model, run_view, subset_file, threads
+from _common import call_tokens, real_model, run_view, threads
 
 
 def main() -> None:
@@ -32,15 +32,14 @@ def main() -> None:
     model = args.model or real_model()
     n_threads = threads()
     with tempfile.TemporaryDirectory() as tmp:
-        cases = subset_file(args.cases, Path(tmp) / "cases.jsonl")
         rows = {}
         for label, stopping in (("HFLM (until only)", False), ("ToolfidHFLM (call end)", True)):
-            profile, metrics, lm = run_view(model, cases, Path(tmp) / "home", stopping=stopping,
-                                            batch_size=args.batch_size)
-            ctoks, n_calls = call_tokens(lm.tokenizer, profile.generations)
+            profile, metrics, lm = run_view(model, "default", Path(tmp) / "home", stopping=stopping,
+                                            batch_size=args.batch_size, limit=args.cases)
+            ctoks, n_calls = call_tokens(lm.tokenizer, profile.generations, profile.prompts)
             rows[label] = (profile, metrics, ctoks, n_calls)
             del lm
-    print(f"SmolLM2-135M-Instruct, {args.cases} default cases, plain prompt demos=2, batch {args.batch_size}, "
+    print(f"SmolLM2-135M-Instruct, {args.cases} default cases, default prompt (plain-v3, 1 demo), batch {args.batch_size}, "
           f"max_gen_toks 192, CPU, {n_threads} torch thread(s)")
     for label, (p, m, ctoks, n_calls) in rows.items():
         print(f"  {label:24s} emitted/call {p.emitted_tokens / max(ctoks, 1):5.2f}  "

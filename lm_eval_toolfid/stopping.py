@@ -27,6 +27,7 @@ sequence of a batch (finished rows are padded by ``generate``; the others go on)
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Sequence
 
 OPEN_TAG = "<tool_call>"
@@ -35,6 +36,11 @@ FENCE = "```"
 MISTRAL = "[TOOL_CALLS]"
 _PAIRS = {"{": "}", "[": "]", "(": ")"}
 _CLOSERS = set(_PAIRS.values())
+_SPECIAL = set("{}[]()\"'")
+_IN_DOUBLE = re.compile(r'["\\]')
+_IN_SINGLE = re.compile(r"['\\]")
+_OBJECT_SPECIAL = re.compile(r'[{}"]')
+_LIST_SPECIAL = re.compile(r"""[{}\[\]()"']""")
 
 
 class CallScanner:
@@ -146,16 +152,31 @@ class CallScanner:
                     break
                 self._pos = j + len(FENCE)
                 return self._pos
-            # object / list: balanced scan, string and escape aware
+            # object / list: balanced scan, string and escape aware; a regex jumps over the
+            # characters that cannot change the state (most of a call), so a call costs O(n) in C
             quote = self._quote
             if quote is not None:
                 if self._escape:
                     self._escape = False
-                elif ch == "\\":
+                    i += 1
+                    continue
+                m = (_IN_DOUBLE if quote == '"' else _IN_SINGLE).search(text, i)
+                if m is None:
+                    i = n
+                    break
+                i = m.start()
+                if text[i] == "\\":
                     self._escape = True
-                elif ch == quote:
+                else:
                     self._quote = None
                 i += 1
+                continue
+            if ch not in _SPECIAL:
+                m = (_OBJECT_SPECIAL if mode == "object" else _LIST_SPECIAL).search(text, i)
+                if m is None:
+                    i = n
+                    break
+                i = m.start()
                 continue
             if ch == '"' or (ch == "'" and mode == "list"):
                 self._quote = ch

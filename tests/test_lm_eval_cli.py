@@ -99,6 +99,11 @@ def test_toolfid_run_matches_the_two_run_flow_case_by_case(two_run_flow, tmp_pat
         inproc = [json.loads(line) for line in (out / name / "samples.jsonl").read_text().splitlines()]
         in_cases = {s["doc"]["id"]: PairScore.model_validate(s["fidelity_pass"]) for s in inproc}
         assert in_cases == cli_cases, name
+        # toolfid run stops each row at the end of its call (ToolfidHFLM): its raw generations are
+        # prefixes of the CLI run's, which generated to until/max_gen_toks
+        cli_raw = {s["doc"]["id"]: s["resps"][0][0] for s in runs[name][1]}
+        in_raw = {s["doc"]["id"]: s["resps"][0][0] for s in inproc}
+        assert all(cli_raw[cid].startswith(text) for cid, text in in_raw.items()), name
     for line in table.splitlines():
         if line.startswith("faithful"):
             assert " PASS " in line
