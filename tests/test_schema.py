@@ -73,3 +73,51 @@ def test_invalid_schemas_are_described():
     assert check_tool_schema({"type": "object", "properties": {"a": {"type": "strin"}}}) is not None
     assert check_tool_schema("nope") is not None
     assert check_tool_schema({"type": "object"}) is None
+
+
+def test_fast_path_never_calls_an_invalid_call_valid() -> None:
+    """The compiled fast path may only say "certainly valid" where jsonschema finds no error."""
+    import random
+
+    from jsonschema import Draft202012Validator
+
+    from lm_eval_toolfid.cases import load_cases
+    from lm_eval_toolfid.schema import _canonical_of, _certainly_valid, normalize_schema
+
+    rng = random.Random(0)
+    odd = [None, True, False, 0, 1, -1, 1.0, 1.5, float("nan"), "", "x", "2026-01-01", [], [1], ["a"], {},
+           {"a": 1}, 10**30, "economy", 18, 99, 100]
+
+    def mutate(value, depth=0):
+        r = rng.random()
+        if r < 0.25 or depth > 3:
+            return rng.choice(odd)
+        if isinstance(value, dict):
+            out = dict(value)
+            if out and rng.random() < 0.3:
+                out.pop(rng.choice(list(out)))
+            if rng.random() < 0.3:
+                out[rng.choice(["zz", "extra", "name"])] = rng.choice(odd)
+            for k in list(out):
+                if rng.random() < 0.4:
+                    out[k] = mutate(out[k], depth + 1)
+            return out
+        if isinstance(value, list):
+            return [mutate(v, depth + 1) for v in value] + ([rng.choice(odd)] if rng.random() < 0.3 else [])
+        return value if r < 0.5 else rng.choice(odd)
+
+    fast_valid = checked = 0
+    for case in load_cases("default"):
+        for tool in case.tools:
+            validator = Draft202012Validator(normalize_schema(tool.parameters))
+            canonical = _canonical_of(tool.parameters)
+            base = case.gold_arguments if tool.name == case.gold_tool_name else {}
+            for _ in range(12):
+                args = mutate(base)
+                if not isinstance(args, dict):
+                    continue
+                checked += 1
+                if _certainly_valid(canonical, args):
+                    fast_valid += 1
+                    assert validator.is_valid(args), (case.id, tool.name, args)
+    assert checked > 2000 and fast_valid > 200, (checked, fast_valid)
