@@ -104,6 +104,9 @@ class CallScanner:
                     i += len(MISTRAL)  # Mistral's marker: the call list follows
                     continue
                 if ch in "{[":
+                    if ch == "{" and (end := _whole_object_at(text, i)) is not None:
+                        self._pos = end
+                        return end
                     self._open_span(i, ch, "object" if ch == "{" else "list")
                     i += 1
                     continue
@@ -129,6 +132,9 @@ class CallScanner:
                 if text.startswith(MISTRAL, j):
                     self._mode, i = "lead", j + len(MISTRAL)
                 elif text[j] == "{":
+                    if (end := _whole_object_at(text, j)) is not None:
+                        self._pos = end
+                        return end
                     self._open_span(j, "{", "object")
                     i = j + 1
                 elif text.startswith(OPEN_TAG, j):
@@ -200,6 +206,20 @@ class CallScanner:
             i += 1
         self._pos = i
         return None
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _whole_object_at(text: str, i: int) -> int | None:
+    """End of the JSON object starting at ``text[i]`` when all of it is already there (one C-speed
+    parse). It is exactly where the balanced scan would close and accept the span; when it is not
+    there yet (or the span is not JSON) the scan proceeds as usual."""
+    try:
+        value, end = _DECODER.raw_decode(text, i)
+    except (ValueError, RecursionError):
+        return None
+    return end if isinstance(value, dict) else None
 
 
 def _first_of(text: str, start: int, markers: Sequence[str]) -> int | None:
