@@ -37,7 +37,8 @@ def cmd_make_null(args: argparse.Namespace) -> int:
 # flags that only mean something when calibrate generates (in process); --from-results refuses them
 _IN_PROCESS_FLAGS = {"base": "--base", "adapter": "--adapter", "runs": "--runs", "seed": "--seed",
                      "multipliers": "--multipliers", "null_dir": "--null-dir", "cases": "--cases",
-                     "demos": "--demos", "metadata": "--metadata", "reference_dir": "--reference-dir",
+                     "demos": "--demos", "prompt_style": "--prompt-style",
+                     "prompt_template": "--prompt-template", "metadata": "--metadata", "reference_dir": "--reference-dir",
                      "batch_size": "--batch-size", "device": "--device", "dtype": "--dtype"}
 
 

@@ -27,7 +27,8 @@ def batch_size(text: str) -> int | str:
 
 
 def metadata_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """``--metadata`` JSON plus the dedicated flags (``--cases``, ``--demos``, ``--reference-dir``)."""
+    """``--metadata`` JSON plus the dedicated flags (``--cases``, ``--demos``, ``--prompt-style``,
+    ``--prompt-template``, ``--reference-dir``)."""
     meta: dict[str, Any] = {}
     if getattr(args, "metadata", None):
         try:
@@ -36,7 +37,7 @@ def metadata_from_args(args: argparse.Namespace) -> dict[str, Any]:
             raise ToolfidError(f"--metadata is not valid JSON: {exc}") from None
         if not isinstance(meta, dict):
             raise ToolfidError("--metadata must be a JSON object")
-    for key in ("cases", "demos", "reference_dir"):
+    for key in ("cases", "demos", "prompt_style", "prompt_template", "reference_dir"):
         value = getattr(args, key, None)
         if value is not None:
             meta[key] = value
@@ -65,6 +66,10 @@ def out_dir(output: str | None) -> Path:
 def add_task_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", help="case file (JSONL), or 'default' / 'fixture'")
     p.add_argument("--demos", type=int, help="number of demonstrations in the prompt")
+    p.add_argument("--prompt-style", dest="prompt_style", choices=("plain", "chat", "raw"),
+                   help="how cases are shown: plain text (default), the model's chat template, or the bare request")
+    p.add_argument("--prompt-template", dest="prompt_template", choices=("plain-v1", "plain-v2", "plain-v3"),
+                   help="plain style: tools as JSON Schema (v1), signatures (v2), signatures + example calls (v3)")
     p.add_argument("--metadata", help="extra task settings as JSON (same keys as lm_eval --metadata)")
     p.add_argument("--reference-dir", dest="reference_dir", help="where base references are stored")
 
