@@ -52,17 +52,25 @@ def _fail(exc: ToolfidError) -> SystemExit:
     return SystemExit(f"tool_use_fidelity: {exc}")
 
 
+def backend_name(model: Any) -> str:
+    """A registry name as given (``hf``, ``vllm``), or the backend of an LM object: a subclass such
+    as ``ToolfidHFLM`` (what ``toolfid run`` loads) is its base class's backend, so in-process and
+    CLI runs of one base share a pairing key."""
+    if isinstance(model, str):
+        return model
+    for cls in type(model).__mro__:
+        if cls.__name__ in BACKENDS:
+            return BACKENDS[cls.__name__]
+    return type(model).__name__.lower()
+
+
 def detect_backend() -> str:
     """The lm-eval backend running this task: the ``model`` given to ``simple_evaluate`` (a registry
     name such as ``hf``/``vllm``, or an LM object), found on the call stack; ``unknown`` otherwise."""
     frame = inspect.currentframe()
     while frame is not None:
         if frame.f_code.co_name == "simple_evaluate" and "model" in frame.f_locals:
-            model = frame.f_locals["model"]
-            if isinstance(model, str):
-                return model
-            name = type(model).__name__
-            return BACKENDS.get(name, name.lower())
+            return backend_name(frame.f_locals["model"])
         frame = frame.f_back
     return "unknown"
 

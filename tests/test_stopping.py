@@ -143,3 +143,13 @@ def test_answer_text_cuts_single_call_cases_only() -> None:
     both = call + "\n" + call.replace("1", "2")
     assert score_generation(both, two).n_calls == 2
     assert score_generation(answer_text(both, one), one).n_calls == 1
+
+
+def test_toolfid_hflm_counts_as_the_hf_backend() -> None:
+    """toolfid run's model must pair with `lm_eval --model hf` runs of the same base."""
+    from lm_eval_toolfid.hflm import ToolfidHFLM
+    from lm_eval_toolfid.task import backend_name
+
+    assert backend_name(ToolfidHFLM.__new__(ToolfidHFLM)) == "hf"
+    assert backend_name("vllm") == "vllm"
+    assert backend_name(object()) == "object"
