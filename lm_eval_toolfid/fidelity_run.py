@@ -137,20 +137,14 @@ class FidelityRun:
         """One case's record (the adapter's view, paired with the base's when a reference has it)."""
         case = self.cases[case_id]
         text = text if isinstance(text, str) else ("" if text is None else str(text))
-        try:
-            text = answer_text(text, case)
-        except Exception:  # noqa: BLE001 — score_generation records the failure
-            pass
+        text = answer_text(text, case)
         self._generations[case_id] = text
         opts = {"task_allowed": self.settings.allowed_tools,
                 "string_arguments_valid": self.settings.string_arguments == "valid"}
         ft = score_generation(text, case, **opts)
         base_text = self._base_text(case_id) if self.settings.is_adapter_run else None
         if base_text is not None:
-            try:
-                base_text = answer_text(base_text, case)
-            except Exception:  # noqa: BLE001
-                pass
+            base_text = answer_text(base_text, case)
         base = score_generation(base_text, case, **opts) if base_text is not None else None
         record = pair(case, ft, base, text, base_text)
         return record.model_copy(update={"request_hash": self.request_hashes.get(case_id)})

@@ -164,11 +164,15 @@ def answer_text(text: str, case: Case) -> str:
     complete call (:func:`stopping.truncate_call`): what a model writes after that (a repeated
     call, another ``### Tools`` block, schema text) is not part of the answer. This is also exactly
     where a backend that stops at the end of the call stops, so outcomes are identical whether or
-    not generation stopped early. A case that expects several calls keeps the whole text.
+    not generation stopped early. A case that expects several calls keeps the whole text. Never
+    raises: on a failure the text is kept whole (and scoring records what went wrong).
     """
     if len(case.expected_calls) > 1:
         return text
-    return truncate_call(text)
+    try:
+        return truncate_call(text)
+    except Exception:  # noqa: BLE001 — one case must never end a run
+        return text
 
 
 def score_generation(text: Any, case: Case, task_allowed: Sequence[str] | None = None,
