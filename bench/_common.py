@@ -26,8 +26,8 @@ def threads() -> int:
 
 
 def real_model() -> str:
-    from lm_eval_toolfid.errors import ToolfidError
-    from lm_eval_toolfid.models import prepare_smollm2
+    from lm_eval_toolfid.core.errors import ToolfidError
+    from lm_eval_toolfid.runtime.models import prepare_smollm2
 
     try:
         return str(prepare_smollm2())
@@ -37,7 +37,7 @@ def real_model() -> str:
 
 def subset_file(n: int, path: Path, shortest: bool = False) -> Path:
     """The first ``n`` default cases (or the ``n`` with the shortest JSON lines) as a case file."""
-    from lm_eval_toolfid.bundled import default_cases_path
+    from lm_eval_toolfid.cases.bundled import default_cases_path
 
     lines = [line for line in default_cases_path().read_text(encoding="utf-8").splitlines() if line.strip()]
     if shortest:
@@ -107,7 +107,7 @@ def instrument(lm: Any, profile: Profile) -> None:
 
 @contextmanager
 def timed_scoring(profile: Profile) -> Iterator[None]:
-    from lm_eval_toolfid import task as task_mod
+    from lm_eval_toolfid.integrations.lm_eval import task as task_mod
 
     cls = task_mod.ToolUseFidelityTask
     original = cls.process_results
@@ -136,8 +136,8 @@ def run_view(model: str, cases: Path | str, home: Path, *, stopping: bool, batch
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    from lm_eval_toolfid.bundled import tasks_path
-    from lm_eval_toolfid.hflm import ToolfidHFLM
+    from lm_eval_toolfid.cases.bundled import tasks_path
+    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
 
     lm_eval.evaluator.get_git_commit_hash = lambda: None
     os.environ["TOOLFID_HOME"] = str(home)
@@ -159,7 +159,7 @@ def run_view(model: str, cases: Path | str, home: Path, *, stopping: bool, batch
     profile.total_s = time.perf_counter() - t0
     samples = out.pop("samples")[task]
     profile.generations = {s["doc"]["id"]: s["resps"][0][0] for s in samples}
-    from lm_eval_toolfid.pairing import sample_prompt
+    from lm_eval_toolfid.pairing.samples import sample_prompt
 
     profile.prompts = {s["doc"]["id"]: sample_prompt(s) or "" for s in samples}
     metrics = {k.split(",")[0]: v for k, v in out["results"][task].items() if "," in k and "stderr" not in k}
@@ -170,9 +170,9 @@ def call_tokens(tokenizer: Any, generations: dict[str, str], prompts: dict[str, 
     """(tokens of the parsed calls' generated text, number of generations with a parsed call).
 
     A primed answer (``plain-v3``) is scored with its primer; only the generated part is counted."""
-    from lm_eval_toolfid.parsing import parse_calls
-    from lm_eval_toolfid.prompting import restore_primer
-    from lm_eval_toolfid.stopping import truncate_call
+    from lm_eval_toolfid.formats import parse_calls
+    from lm_eval_toolfid.prompts.plain import restore_primer
+    from lm_eval_toolfid.formats.call_end import truncate_call
 
     total = n = 0
     for cid, text in generations.items():

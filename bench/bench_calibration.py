@@ -37,7 +37,7 @@ def run(cmd: list[str], env: dict[str, str]) -> float:
 
 
 def main() -> None:
-    from lm_eval_toolfid.bundled import fixture_paths, tasks_path
+    from lm_eval_toolfid.cases.bundled import fixture_paths, tasks_path
 
     fix = fixture_paths()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -29,8 +29,8 @@ from typing import Any, Callable, Iterator
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lm_eval_toolfid.formats import FORMATS, SCAN_CAP, render_calls  # noqa: E402
-from lm_eval_toolfid.records import Case  # noqa: E402
-from lm_eval_toolfid.scoring import score_generation  # noqa: E402
+from lm_eval_toolfid.core.records import Case  # noqa: E402
+from lm_eval_toolfid.scoring.outcome import score_generation  # noqa: E402
 
 CASE = Case.model_validate({
     "id": "bench",

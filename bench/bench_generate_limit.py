@@ -33,7 +33,7 @@ def main() -> None:
     import torch
     from transformers import StoppingCriteriaList
 
-    from lm_eval_toolfid.stopping import make_stopping_criteria
+    from lm_eval_toolfid.runtime.stopping import make_stopping_criteria
     from lm_eval.models.utils_hf import stop_sequences_criteria
 
     with tempfile.TemporaryDirectory() as tmp:

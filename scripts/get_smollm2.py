@@ -7,8 +7,8 @@ Prints the folder; idempotent.
 
 import sys
 
-from lm_eval_toolfid.errors import ToolfidError
-from lm_eval_toolfid.models import prepare_smollm2
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.runtime.models import prepare_smollm2
 
 if __name__ == "__main__":
     try:

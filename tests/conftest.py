@@ -24,7 +24,7 @@ def toolfid_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def make_case(**overrides):
-    from lm_eval_toolfid.records import Case
+    from lm_eval_toolfid.core.records import Case
 
     data = {
         "id": "c1",

@@ -16,7 +16,7 @@ def lm_eval_cli(model_args: str, out: Path, home: Path, metadata: dict | None = 
                 task: str = FIXTURE_TASK, extra: list[str] | None = None,
                 env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``lm_eval`` exactly as a user would (a subprocess, --include_path on the task folder)."""
-    from lm_eval_toolfid.bundled import tasks_path
+    from lm_eval_toolfid.cases.bundled import tasks_path
 
     cmd = [str(BIN / "lm_eval"), "--tasks", task, "--include_path", str(tasks_path()), "--model", "hf",
            "--model_args", model_args, "--output_path", str(out), "--log_samples", "--batch_size", "16",

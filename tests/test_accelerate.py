@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lm_eval_toolfid.bundled import fixture_paths, tasks_path
+from lm_eval_toolfid.cases.bundled import fixture_paths, tasks_path
 
 from .lm_eval_helpers import FIXTURE_TASK, metrics
 

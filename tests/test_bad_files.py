@@ -15,12 +15,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from lm_eval_toolfid.adapter_check import check_adapter, peft_loads_bin_weights_only
-from lm_eval_toolfid.bundled import fixture_paths
-from lm_eval_toolfid.cases import load_cases
+from lm_eval_toolfid.calibration.adapters import check_adapter, peft_loads_bin_weights_only
+from lm_eval_toolfid.cases.bundled import fixture_paths
+from lm_eval_toolfid.cases.load import load_cases
 from lm_eval_toolfid.cli import main
-from lm_eval_toolfid.errors import ToolfidError, guard
-from lm_eval_toolfid.report import load_results
+from lm_eval_toolfid.core.errors import ToolfidError, guard
+from lm_eval_toolfid.reporting.results import load_results
 from tests.lm_eval_helpers import BIN
 
 FIX = fixture_paths()

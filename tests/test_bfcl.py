@@ -5,9 +5,9 @@ from collections import Counter
 
 import pytest
 
-from lm_eval_toolfid.records import Case
-from lm_eval_toolfid.schema import check_tool_schema
-from lm_eval_toolfid.scoring import score_generation
+from lm_eval_toolfid.core.records import Case
+from lm_eval_toolfid.core.schema import check_tool_schema
+from lm_eval_toolfid.scoring.outcome import score_generation
 
 from .conftest import SHARED
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from lm_eval_toolfid import cli
-from lm_eval_toolfid.bfcl import category_of, convert, reference_arguments
-from lm_eval_toolfid.cases import load_cases
-from lm_eval_toolfid.errors import ToolfidError
-from lm_eval_toolfid.records import Case
-from lm_eval_toolfid.schema import validate_arguments
+from lm_eval_toolfid.cases.bfcl import category_of, convert, reference_arguments
+from lm_eval_toolfid.cases.load import load_cases
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.core.records import Case
+from lm_eval_toolfid.core.schema import validate_arguments
 
 from .conftest import SHARED
 

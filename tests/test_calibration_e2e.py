@@ -9,11 +9,13 @@ import subprocess
 
 import pytest
 
-from lm_eval_toolfid.bundled import fixture_paths
-from lm_eval_toolfid.calibrate import calibrate_from_results, calibrate_in_process, score_results
-from lm_eval_toolfid.calibration import adapter_update_norm, load_calibration
-from lm_eval_toolfid.errors import ToolfidError
-from lm_eval_toolfid.runner import run_views
+from lm_eval_toolfid.cases.bundled import fixture_paths
+from lm_eval_toolfid.calibration.posthoc import calibrate_from_results, score_results
+from lm_eval_toolfid.runtime.calibrate import calibrate_in_process
+from lm_eval_toolfid.calibration.adapters import adapter_update_norm
+from lm_eval_toolfid.calibration.fit import load_calibration
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.runtime.views import run_views
 
 from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, metrics, toolfid_meta
 

@@ -5,9 +5,11 @@ import json
 
 import pytest
 
-from lm_eval_toolfid.calibrate import make_null_adapters, read_marker, _update_norm
-from lm_eval_toolfid.calibration import NullRun, adapter_shape, fit, load_calibration
-from lm_eval_toolfid.errors import ToolfidError
+from lm_eval_toolfid.calibration.nulls import make_null_adapters, read_marker
+from lm_eval_toolfid.calibration.adapters import update_norm as _update_norm
+from lm_eval_toolfid.calibration.fit import NullRun, fit, load_calibration
+from lm_eval_toolfid.calibration.adapters import adapter_shape
+from lm_eval_toolfid.core.errors import ToolfidError
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +139,7 @@ def test_dora_magnitude_convention_matches_peft(rich_adapter):
     """PEFT initialises a DoRA magnitude to the column norm of W + ΔW; _dora_norm must use the same axes."""
     import torch
 
-    from lm_eval_toolfid.calibrate import _dora_norm
+    from lm_eval_toolfid.calibration.nulls import _dora_norm
 
     adapter, base_dir, at_init = rich_adapter
     assert at_init, "the fixture has DoRA magnitudes"
@@ -169,7 +171,7 @@ def test_null_adapters_randomise_every_tensor_kind(rich_adapter, tmp_path):
     from safetensors.torch import load_file
     from transformers import LlamaForCausalLM
 
-    from lm_eval_toolfid.calibrate import _base_key, _dora_norm
+    from lm_eval_toolfid.calibration.nulls import _base_key, _dora_norm
 
     adapter, base_dir, _ = rich_adapter
     real = load_file(str(adapter / "adapter_model.safetensors"))
@@ -241,14 +243,14 @@ def _scaled_copy(src, dst, factor):
 
 
 def _calibration_for(adapter, values=(0.0, 0.1, 0.2), n=50):
-    from lm_eval_toolfid.calibrate import adapter_update_norm
+    from lm_eval_toolfid.calibration.adapters import adapter_update_norm
     prov = {"case_set": "cs", "prompt": "p", "generation": {}, "base": {"pretrained": "b", "fingerprint": "f"},
             "adapter_shape": adapter_shape(adapter)["hash"], "adapter_update_norm": adapter_update_norm(adapter)}
     return fit(runs(list(values), n=n), prov)
 
 
 def _key():
-    from lm_eval_toolfid.pairing import RunKey
+    from lm_eval_toolfid.pairing.identity import RunKey
     return RunKey(base={"pretrained": "b", "fingerprint": "f"}, case_set="cs", prompt="p", generation={})
 
 
@@ -266,7 +268,7 @@ def test_calibration_is_refused_for_a_same_shape_adapter_of_another_norm(real_ad
 
 
 def test_null_markers_record_the_real_update_norm(real_adapter, tmp_path):
-    from lm_eval_toolfid.calibrate import adapter_update_norm
+    from lm_eval_toolfid.calibration.adapters import adapter_update_norm
     path = make_null_adapters(real_adapter, runs=1, out=tmp_path, multipliers=(2.0,))[0]
     assert read_marker(path)["like_update_norm"] == pytest.approx(adapter_update_norm(real_adapter))
     assert adapter_update_norm(path) == pytest.approx(2 * adapter_update_norm(real_adapter), rel=1e-4)
@@ -275,7 +277,7 @@ def test_null_markers_record_the_real_update_norm(real_adapter, tmp_path):
 # --- rank p and the honest z spread --------------------------------------------------------
 
 def _summary(rate, n=50):
-    from lm_eval_toolfid.records import Summary
+    from lm_eval_toolfid.core.records import Summary
     return Summary(n=n, n_relevant=n, metrics={"json_valid_rate": rate, "parse_rate": rate,
                                                "hallucination_rate": 0.0}, outcome_counts={})
 
@@ -365,7 +367,7 @@ def test_truncated_calibration_is_one_line(tmp_path):
     ('{"seed": 0, "run_seed": 1, "multiplier": -1, "like_shape": "x", "like_update_norm": 1}', "negative"),
 ])
 def test_damaged_null_marker_is_one_line(tmp_path, content, message):
-    from lm_eval_toolfid.calibrate import NULL_MARKER
+    from lm_eval_toolfid.calibration.nulls import NULL_MARKER
     (tmp_path / NULL_MARKER).write_text(content)
     with pytest.raises(ToolfidError, match=message):
         read_marker(tmp_path)
@@ -383,7 +385,7 @@ def _results_for(adapter, rate, task="tool_use_fidelity", date=1.0):
 
 
 def test_from_results_counts_each_null_run_once_and_skips_the_rest(real_adapter, tmp_path):
-    from lm_eval_toolfid.calibrate import calibrate_from_results, scan_results
+    from lm_eval_toolfid.calibration.posthoc import calibrate_from_results, scan_results
 
     nulls = make_null_adapters(real_adapter, runs=3, out=tmp_path / "nulls", multipliers=(1.0,))
     runs_dir = tmp_path / "runs"

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from lm_eval_toolfid.cases import case_set_hash, load_cases
-from lm_eval_toolfid.errors import ToolfidError
+from lm_eval_toolfid.cases.load import case_set_hash, load_cases
+from lm_eval_toolfid.core.errors import ToolfidError
 
 TOOL = {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                               "required": ["city"]}}

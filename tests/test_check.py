@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from lm_eval_toolfid.bundled import fixture_paths
-from lm_eval_toolfid.cases import load_cases
+from lm_eval_toolfid.cases.bundled import fixture_paths
+from lm_eval_toolfid.cases.load import load_cases
 
 from .lm_eval_helpers import BIN, lm_eval_cli, metrics, read_run
 
@@ -48,7 +48,7 @@ def _examples() -> dict[str, tuple[str, tuple]]:
     if not HAS_FORMATS:
         return EXAMPLES
     from lm_eval_toolfid import formats  # the format parsers: every renderable format must round-trip
-    from lm_eval_toolfid.records import SurfaceFormat
+    from lm_eval_toolfid.core.records import SurfaceFormat
 
     out = {}
     for fmt in SurfaceFormat:

@@ -7,18 +7,13 @@ import random
 
 import pytest
 
-from lm_eval_toolfid.records import PairScore
-from lm_eval_toolfid.scoring import (
-    METRICS,
-    case_items,
-    field_disagreement,
-    options_match,
-    pair,
-    score_generation,
-    summarize,
-)
-from lm_eval_toolfid.stats import difference_ci, paired_difference_ci
-from lm_eval_toolfid.verdict import VerdictConfig, exit_code, judge
+from lm_eval_toolfid.core.records import PairScore
+from lm_eval_toolfid.scoring.metrics import METRICS, case_items, summarize
+from lm_eval_toolfid.scoring.compare import field_disagreement, pair
+from lm_eval_toolfid.scoring.gold import options_match
+from lm_eval_toolfid.scoring.outcome import score_generation
+from lm_eval_toolfid.core.stats import difference_ci, paired_difference_ci
+from lm_eval_toolfid.scoring.verdict import VerdictConfig, exit_code, judge
 
 from .conftest import make_case
 
@@ -230,7 +225,7 @@ def test_deep_arguments_never_break_a_record(depth):
 
 
 def test_scoring_one_case_cannot_raise(monkeypatch):
-    import lm_eval_toolfid.scoring as scoring
+    import lm_eval_toolfid.scoring.outcome as scoring
 
     def boom(*_a, **_k):
         raise RuntimeError("validator bug")

@@ -1,4 +1,4 @@
-"""The bundled default case set (``lm_eval_toolfid/data/default_cases.jsonl``) meets its spec.
+"""The bundled default case set (``lm_eval_toolfid/cases/default_cases.jsonl``) meets its spec.
 
 Numbered requirements (see ``scripts/make_default_cases.py``):
 1. >= 220 cases, >= 45 distinct snake_case tool names, varied domains, no reserved demo names.
@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 
-from lm_eval_toolfid.cases import default_cases_path, load_cases
-from lm_eval_toolfid.records import Case
-from lm_eval_toolfid.schema import validate_arguments
+from lm_eval_toolfid.cases.bundled import default_cases_path
+from lm_eval_toolfid.cases.load import load_cases
+from lm_eval_toolfid.core.records import Case
+from lm_eval_toolfid.core.schema import validate_arguments
 
 ROOT = Path(__file__).resolve().parent.parent
 RESERVED = {"convert_currency", "set_alarm", "cancel_alarm", "translate_text", "list_files", "delete_file"}
@@ -269,5 +270,5 @@ def test_shipped_file_matches_generator() -> None:
     expected = "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in regenerated)
     assert default_cases_path().read_text(encoding="utf-8") == expected, \
         "default_cases.jsonl is stale: re-run scripts/make_default_cases.py"
-    stats = (ROOT / "lm_eval_toolfid" / "data" / "default_cases_stats.md").read_text(encoding="utf-8")
+    stats = (ROOT / "lm_eval_toolfid" / "cases" / "default_cases_stats.md").read_text(encoding="utf-8")
     assert stats == module.stats_markdown(regenerated)

@@ -7,11 +7,12 @@ import multiprocessing as mp
 
 import pytest
 
-from lm_eval_toolfid.errors import ToolfidError
-from lm_eval_toolfid.fidelity_run import FidelityRun
-from lm_eval_toolfid.fsutil import atomic_write_text
-from lm_eval_toolfid.pairing import RunKey, find_references, read_reference, reference_path, write_reference
-from lm_eval_toolfid.settings import TaskSettings
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.integrations.lm_eval.fidelity_run import FidelityRun
+from lm_eval_toolfid.core.fsutil import atomic_write_text
+from lm_eval_toolfid.pairing.identity import RunKey
+from lm_eval_toolfid.pairing.references import find_references, read_reference, reference_path, write_reference
+from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 
 from .conftest import make_case
 

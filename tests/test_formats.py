@@ -11,8 +11,8 @@ import pytest
 from lm_eval_toolfid.formats import (FORMATS, MAX_CALLS, MAX_DEPTH, REGISTRY, SCAN_CAP, bounded_copy, parse_calls,
                                      render_call, spans)
 from lm_eval_toolfid.formats import driver
-from lm_eval_toolfid.records import OutcomeKind, SurfaceFormat
-from lm_eval_toolfid.scoring import score_generation
+from lm_eval_toolfid.core.records import OutcomeKind, SurfaceFormat
+from lm_eval_toolfid.scoring.outcome import score_generation
 
 from .conftest import make_case
 

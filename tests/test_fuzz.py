@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lm_eval_toolfid.formats import FORMATS, REGISTRY, driver, parse_calls, render_call, render_calls
-from lm_eval_toolfid.scoring import score_generation
+from lm_eval_toolfid.scoring.outcome import score_generation
 
 from .conftest import make_case
 

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from lm_eval_toolfid.bundled import fixture_paths
-from lm_eval_toolfid.records import PairScore
+from lm_eval_toolfid.cases.bundled import fixture_paths
+from lm_eval_toolfid.core.records import PairScore
 
 from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, metrics, read_run, toolfid_meta
 
@@ -280,8 +280,8 @@ def test_an_adapter_that_changes_nothing_passes_with_a_loud_note(two_run_flow, t
 def test_with_a_prompt_the_base_cannot_follow_no_adapter_passes(tmp_path, monkeypatch):
     """The task's default prompt (demos: 2) is not what the tiny fixture model was trained on: its base
     makes almost no valid call, so no adapter can be shown to keep or lose anything."""
-    from lm_eval_toolfid.report import row_from_results
-    from lm_eval_toolfid.runner import run_views
+    from lm_eval_toolfid.reporting.results import row_from_results
+    from lm_eval_toolfid.runtime.views import run_views
 
     monkeypatch.setenv("TOOLFID_HOME", str(tmp_path / "home"))
     base, views = run_views(FIX["base"], dict(FIX["adapters"]), FIXTURE_TASK, {"demos": 2}, batch_size=16)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lm_eval_toolfid import models
-from lm_eval_toolfid.errors import ToolfidError
+from lm_eval_toolfid.runtime import models
+from lm_eval_toolfid.core.errors import ToolfidError
 
 
 def test_missing_smollm2_package_is_one_line(monkeypatch: pytest.MonkeyPatch, toolfid_home: Path) -> None:

@@ -4,16 +4,10 @@ import json
 
 import pytest
 
-from lm_eval_toolfid.errors import ToolfidError
-from lm_eval_toolfid.pairing import (
-    RunKey,
-    base_identity,
-    dir_fingerprint,
-    find_reference,
-    reference_from_samples,
-    request_hash,
-    write_reference,
-)
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.pairing.identity import RunKey, base_identity, dir_fingerprint
+from lm_eval_toolfid.pairing.references import find_reference, write_reference
+from lm_eval_toolfid.pairing.samples import reference_from_samples
 
 
 def key(**over):
@@ -108,9 +102,9 @@ def test_bad_samples_files_are_one_line_errors(tmp_path):
 
 
 def test_an_adapter_run_pairs_only_when_references_cover_every_case_it_scores(tmp_path):
-    from lm_eval_toolfid.fidelity_run import FidelityRun
-    from lm_eval_toolfid.pairing import write_reference
-    from lm_eval_toolfid.settings import TaskSettings
+    from lm_eval_toolfid.integrations.lm_eval.fidelity_run import FidelityRun
+    from lm_eval_toolfid.pairing.references import write_reference
+    from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 
     from .conftest import make_case
 
@@ -133,7 +127,7 @@ def test_an_adapter_run_pairs_only_when_references_cover_every_case_it_scores(tm
 
 
 def test_a_line_separator_inside_a_generation_is_not_a_line_break(tmp_path):
-    from lm_eval_toolfid.pairing import iter_samples
+    from lm_eval_toolfid.pairing.samples import iter_samples
 
     samples = tmp_path / "samples_tool_use_fidelity_x.jsonl"
     text = 'I will call it\u2028{"name": "x", "arguments": {"a": "b\u2029c"}}'

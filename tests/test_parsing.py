@@ -3,8 +3,8 @@
 import json
 
 from lm_eval_toolfid.formats.common import json_values
-from lm_eval_toolfid.parsing import parse_calls
-from lm_eval_toolfid.records import SurfaceFormat
+from lm_eval_toolfid.formats import parse_calls
+from lm_eval_toolfid.core.records import SurfaceFormat
 
 CALL = {"name": "get_weather", "arguments": {"city": "Paris"}}
 

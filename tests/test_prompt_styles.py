@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from lm_eval_toolfid.bundled import fixture_paths
-from lm_eval_toolfid.cases import load_cases
-from lm_eval_toolfid.chat import TOOLS_IN_SYSTEM, TOOLS_IN_TEMPLATE, TOOLS_IN_USER, ChatPrompter
-from lm_eval_toolfid.errors import ToolfidError
-from lm_eval_toolfid.prompting import (INSTRUCTION, TEMPLATE_VERSION, Prompter, PromptSettings, render_plain,
-                                       render_prompt)
-from lm_eval_toolfid.settings import TaskSettings
+from lm_eval_toolfid.cases.bundled import fixture_paths
+from lm_eval_toolfid.cases.load import load_cases
+from lm_eval_toolfid.prompts.chat import TOOLS_IN_SYSTEM, TOOLS_IN_TEMPLATE, TOOLS_IN_USER, ChatPrompter
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.prompts.settings import INSTRUCTION, TEMPLATE_VERSION, PromptSettings
+from lm_eval_toolfid.prompts.prompter import Prompter, render_prompt
+from lm_eval_toolfid.prompts.plain import render_plain
+from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 
 from .chat_templates import HERMES, IGNORES_TOOLS, NO_SYSTEM
 from .conftest import make_case
@@ -83,7 +84,7 @@ def test_chat_style_puts_the_tools_where_the_template_shows_them(tokenizer, temp
 
 def test_chat_demos_use_the_templates_native_call_format(tokenizer):
     case = make_case()
-    from lm_eval_toolfid.prompting import pick_demos
+    from lm_eval_toolfid.prompts.plain import pick_demos
 
     demos = pick_demos(case, 1)
     tokenizer.chat_template = HERMES

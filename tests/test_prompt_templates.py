@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
-from lm_eval_toolfid.cases import load_cases
-from lm_eval_toolfid.prompting import INSTRUCTION, PromptSettings, render_prompt
+from lm_eval_toolfid.cases.load import load_cases
+from lm_eval_toolfid.prompts.settings import INSTRUCTION, PromptSettings
+from lm_eval_toolfid.prompts.prompter import render_prompt
 
 from .conftest import make_case
 
@@ -42,7 +43,8 @@ def test_plain_v2_renders_every_default_case() -> None:
 
 
 def test_plain_v3_examples_come_from_other_cases_and_every_tool_gets_one() -> None:
-    from lm_eval_toolfid.prompting import PRIMER, Prompter
+    from lm_eval_toolfid.prompts.settings import PRIMER
+    from lm_eval_toolfid.prompts.prompter import Prompter
 
     cases = load_cases("default")
     prompter = Prompter("plain", demos=1, template="plain-v3", cases=cases)
@@ -70,8 +72,10 @@ def test_plain_v3_examples_come_from_other_cases_and_every_tool_gets_one() -> No
 
 
 def test_plain_v3_without_siblings_has_no_examples_and_the_primer_is_restored_from_samples() -> None:
-    from lm_eval_toolfid.pairing import sample_prompt
-    from lm_eval_toolfid.prompting import PRIMER, Prompter, restore_primer
+    from lm_eval_toolfid.pairing.samples import sample_prompt
+    from lm_eval_toolfid.prompts.settings import PRIMER
+    from lm_eval_toolfid.prompts.prompter import Prompter
+    from lm_eval_toolfid.prompts.plain import restore_primer
 
     case = make_case()
     text = Prompter("plain", demos=0, template="plain-v3", cases=[case]).render(case)
@@ -84,9 +88,9 @@ def test_plain_v3_without_siblings_has_no_examples_and_the_primer_is_restored_fr
 def test_unknown_template_is_one_line() -> None:
     import pytest
 
-    from lm_eval_toolfid.errors import ToolfidError
-    from lm_eval_toolfid.prompting import Prompter
-    from lm_eval_toolfid.settings import TaskSettings
+    from lm_eval_toolfid.core.errors import ToolfidError
+    from lm_eval_toolfid.prompts.prompter import Prompter
+    from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 
     with pytest.raises(ToolfidError, match="prompt_template"):
         Prompter("plain", template="plain-v9")

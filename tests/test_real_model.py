@@ -11,12 +11,11 @@ scripts/get_smollm2.py).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from lm_eval_toolfid.records import PairScore
+from lm_eval_toolfid.core.records import PairScore
 
 from .lm_eval_helpers import lm_eval_cli, metrics, read_run, toolfid_meta
 
@@ -34,8 +33,8 @@ PROSE = [
 
 @pytest.fixture(scope="module")
 def smollm2() -> Path:
-    from lm_eval_toolfid.errors import ToolfidError
-    from lm_eval_toolfid.models import prepare_smollm2
+    from lm_eval_toolfid.core.errors import ToolfidError
+    from lm_eval_toolfid.runtime.models import prepare_smollm2
 
     try:
         return prepare_smollm2()
@@ -44,7 +43,7 @@ def smollm2() -> Path:
 
 
 def _subset(path: Path) -> Path:
-    from lm_eval_toolfid.bundled import default_cases_path
+    from lm_eval_toolfid.cases.bundled import default_cases_path
 
     lines = [line for line in default_cases_path().read_text(encoding="utf-8").splitlines() if line.strip()]
     lines.sort(key=lambda line: (len(line), line))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lm_eval_toolfid.cli import build_parser, main
-from lm_eval_toolfid.errors import ToolfidError, guard
+from lm_eval_toolfid.core.errors import ToolfidError, guard
 from lm_eval_toolfid.reporting import collect
 from lm_eval_toolfid.reporting.breakdown import breakdown
 from lm_eval_toolfid.reporting.gate import exit_code, junit_xml
@@ -255,7 +255,7 @@ def test_progress_counts_views_cases_and_eta():
 
 
 def test_null_distribution_plot_from_a_real_calibration_file(tmp_path):
-    from lm_eval_toolfid.calibration import NullRun, fit
+    from lm_eval_toolfid.calibration.fit import NullRun, fit
     from lm_eval_toolfid.reporting import html
 
     values = [0.2, 0.35, 0.5, 0.3]
@@ -316,7 +316,7 @@ def test_live_progress_redraws_one_line_on_a_terminal():
 
 
 def test_run_flag_combinations_are_refused_in_one_line(capsys):
-    from lm_eval_toolfid.bundled import fixture_paths
+    from lm_eval_toolfid.cases.bundled import fixture_paths
 
     fix = fixture_paths()
     assert main(["run", "--base", fix["base"], "--adapter", fix["adapters"]["faithful"], "--resume"]) == 4

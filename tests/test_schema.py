@@ -2,7 +2,7 @@
 
 import pytest
 
-from lm_eval_toolfid.schema import check_tool_schema, normalize_schema, validate_arguments
+from lm_eval_toolfid.core.schema import check_tool_schema, normalize_schema, validate_arguments
 
 PARAMS = {
     "type": "object",
@@ -81,8 +81,8 @@ def test_fast_path_never_calls_an_invalid_call_valid() -> None:
 
     from jsonschema import Draft202012Validator
 
-    from lm_eval_toolfid.cases import load_cases
-    from lm_eval_toolfid.schema import _canonical_of, _certainly_valid, normalize_schema
+    from lm_eval_toolfid.cases.load import load_cases
+    from lm_eval_toolfid.core.schema import _canonical_of, _certainly_valid, normalize_schema
 
     rng = random.Random(0)
     odd = [None, True, False, 0, 1, -1, 1.0, 1.5, float("nan"), "", "x", "2026-01-01", [], [1], ["a"], {},

@@ -17,12 +17,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import jsonschema
 import pytest
 
-from lm_eval_toolfid import schema as S
-from lm_eval_toolfid.cases import load_cases
-from lm_eval_toolfid.errors import ToolfidError
-from lm_eval_toolfid.records import OutcomeKind
-from lm_eval_toolfid.schema import check_tool_schema, validate_arguments
-from lm_eval_toolfid.scoring import score_generation
+from lm_eval_toolfid.core import schema as S
+from lm_eval_toolfid.cases.load import load_cases
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.core.records import OutcomeKind
+from lm_eval_toolfid.core.schema import check_tool_schema, validate_arguments
+from lm_eval_toolfid.scoring.outcome import score_generation
 from tests.conftest import REPO, make_case
 
 EVIL = "a" * 40 + "!"

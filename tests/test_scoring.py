@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from lm_eval_toolfid.records import OutcomeKind
-from lm_eval_toolfid.scoring import field_disagreement, pair, score_generation, summarize
+from lm_eval_toolfid.core.records import OutcomeKind
+from lm_eval_toolfid.scoring.compare import field_disagreement, pair
+from lm_eval_toolfid.scoring.outcome import score_generation
+from lm_eval_toolfid.scoring.metrics import summarize
 
 from .conftest import make_case
 

@@ -4,9 +4,11 @@ import json
 
 import pytest
 
-from lm_eval_toolfid.errors import ToolfidError
-from lm_eval_toolfid.prompting import DEMO_POOL, PromptSettings, render_prompt
-from lm_eval_toolfid.settings import TaskSettings
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.prompts.plain import DEMO_POOL
+from lm_eval_toolfid.prompts.settings import PromptSettings
+from lm_eval_toolfid.prompts.prompter import render_prompt
+from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 
 from .conftest import make_case
 

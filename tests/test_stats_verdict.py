@@ -3,9 +3,9 @@
 
 import pytest
 
-from lm_eval_toolfid.records import Summary
-from lm_eval_toolfid.stats import jeffreys_rate, mcnemar_exact_p, mean_stderr, wilson_interval
-from lm_eval_toolfid.verdict import NullComparison, VerdictConfig, judge
+from lm_eval_toolfid.core.records import Summary
+from lm_eval_toolfid.core.stats import jeffreys_rate, mcnemar_exact_p, mean_stderr, wilson_interval
+from lm_eval_toolfid.scoring.verdict import NullComparison, VerdictConfig, judge
 
 
 def test_mcnemar_exact():

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lm_eval_toolfid.stopping import CallScanner, call_complete, call_end, truncate_call
+from lm_eval_toolfid.formats.call_end import CallScanner, call_complete, call_end, truncate_call
 
 CASES = [
     ('{"name": "f", "arguments": {"a": "}{"}} trailing', '{"name": "f", "arguments": {"a": "}{"}}'),
@@ -92,10 +92,11 @@ def test_hflm_stops_early_with_identical_calls() -> None:
     import torch
     from lm_eval.models.huggingface import HFLM
 
-    from lm_eval_toolfid.bundled import fixture_paths
-    from lm_eval_toolfid.cases import load_cases
-    from lm_eval_toolfid.hflm import ToolfidHFLM
-    from lm_eval_toolfid.prompting import PromptSettings, render_prompt
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+    from lm_eval_toolfid.cases.load import load_cases
+    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+    from lm_eval_toolfid.prompts.settings import PromptSettings
+    from lm_eval_toolfid.prompts.prompter import render_prompt
 
     torch.set_num_threads(1)
     cases = load_cases("fixture")[:12]
@@ -125,8 +126,8 @@ def test_hflm_stops_early_with_identical_calls() -> None:
 
 
 def test_answer_text_cuts_single_call_cases_only() -> None:
-    from lm_eval_toolfid.records import Case
-    from lm_eval_toolfid.scoring import answer_text, score_generation
+    from lm_eval_toolfid.core.records import Case
+    from lm_eval_toolfid.scoring.outcome import answer_text, score_generation
 
     tools = [{"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}]
     one = Case(id="one", prompt="p", tools=tools, gold_tool_name="f", gold_arguments={"a": 1})
@@ -147,8 +148,8 @@ def test_answer_text_cuts_single_call_cases_only() -> None:
 
 def test_toolfid_hflm_counts_as_the_hf_backend() -> None:
     """toolfid run's model must pair with `lm_eval --model hf` runs of the same base."""
-    from lm_eval_toolfid.hflm import ToolfidHFLM
-    from lm_eval_toolfid.task import backend_name
+    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+    from lm_eval_toolfid.integrations.lm_eval.task import backend_name
 
     assert backend_name(ToolfidHFLM.__new__(ToolfidHFLM)) == "hf"
     assert backend_name("vllm") == "vllm"

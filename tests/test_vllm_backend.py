@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from lm_eval_toolfid.bundled import fixture_paths
-from lm_eval_toolfid.errors import ToolfidError
+from lm_eval_toolfid.cases.bundled import fixture_paths
+from lm_eval_toolfid.core.errors import ToolfidError
 
 TASK = "tool_use_fidelity_fixture"
 
@@ -18,7 +18,7 @@ TASK = "tool_use_fidelity_fixture"
 def test_missing_vllm_is_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from lm_eval_toolfid import vllm_backend
+    from lm_eval_toolfid.integrations.vllm import backend as vllm_backend
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
@@ -28,8 +28,9 @@ def test_missing_vllm_is_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None
 
 @pytest.mark.slow
 def test_prefetched_views_equal_toolfid_run(toolfid_home, tmp_path) -> None:
-    from lm_eval_toolfid.runner import ModelSession, run_views
-    from lm_eval_toolfid.vllm_backend import run_views_prefetched
+    from lm_eval_toolfid.runtime.session import ModelSession
+    from lm_eval_toolfid.runtime.views import run_views
+    from lm_eval_toolfid.integrations.vllm.backend import run_views_prefetched
 
     fix = fixture_paths()
     adapters = {name: fix["adapters"][name] for name in ("faithful", "broken")}

@@ -13,8 +13,20 @@ import sys
 import warnings
 from typing import NoReturn, Sequence
 
-from ..errors import EXIT_INPUT, guard
-from . import calibrate, check, compare, demo, fixtures, gate, import_bfcl, lm_eval, report, run, tasks_path
+from lm_eval_toolfid.cli import (
+    calibrate,
+    check,
+    compare,
+    demo,
+    fixtures,
+    gate,
+    import_bfcl,
+    lm_eval,
+    report,
+    run,
+    tasks_path,
+)
+from lm_eval_toolfid.core.errors import EXIT_INPUT, guard
 
 COMMANDS = (run, demo, compare, report, gate, check, import_bfcl, calibrate, fixtures, tasks_path, lm_eval)
 
@@ -27,7 +39,7 @@ EPILOG = ("exit codes: 0 pass, 1 an adapter failed (--gate, gate), 2 undecided (
 def _version() -> str:
     from importlib import metadata
 
-    from .. import __version__
+    from lm_eval_toolfid import __version__
 
     try:
         return metadata.version("lm-eval-toolfid")

@@ -6,8 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
-from ..errors import ToolfidError
-from .common import DEFAULT_TASK, add_model_options, add_output_option, add_task_settings, metadata_from_args
+from lm_eval_toolfid.cli.common import (
+    DEFAULT_TASK,
+    add_model_options,
+    add_output_option,
+    add_task_settings,
+    metadata_from_args,
+)
+from lm_eval_toolfid.core.errors import ToolfidError
 
 DEFAULT_RUNS = 8
 DEFAULT_SEED = 0
@@ -24,7 +30,7 @@ def _multipliers(text: str) -> tuple[float, ...]:
 
 
 def cmd_make_null(args: argparse.Namespace) -> int:
-    from ..calibrate import DEFAULT_MULTIPLIERS, make_null_adapters
+    from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS, make_null_adapters
 
     if not args.output:
         raise ToolfidError("make-null-adapters needs --output DIR")
@@ -43,8 +49,10 @@ _IN_PROCESS_FLAGS = {"base": "--base", "adapter": "--adapter", "runs": "--runs",
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from ..calibrate import DEFAULT_MULTIPLIERS, calibrate_from_results, calibrate_in_process, scan_results
-    from ..calibration import DEFAULT_ALPHA, min_runs
+    from lm_eval_toolfid.calibration.fit import DEFAULT_ALPHA, min_runs
+    from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS
+    from lm_eval_toolfid.calibration.posthoc import calibrate_from_results, scan_results
+    from lm_eval_toolfid.runtime.calibrate import calibrate_in_process
 
     if not args.output:
         raise ToolfidError("calibrate needs --output FILE (where the calibration JSON goes)")
@@ -83,8 +91,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from ..calibrate import score_results
-    from ..verdict import label_of
+    from lm_eval_toolfid.calibration.posthoc import score_results
+    from lm_eval_toolfid.scoring.verdict import label_of
 
     target, scored = score_results(args.results, args.calibration, Path(args.output) if args.output else None,
                                    alpha=args.alpha)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ToolfidError
+from lm_eval_toolfid.core.errors import ToolfidError
 
 FIXTURE_TASK = "tool_use_fidelity_fixture"
 DEFAULT_TASK = "tool_use_fidelity"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..fsutil import atomic_write_text
+from lm_eval_toolfid.core.fsutil import atomic_write_text
 
 FORMATS = ("table", "markdown", "csv", "html", "json")
 
 
 def render_board(board, fmt: str, breakdowns=None) -> str:  # type: ignore[no-untyped-def]
-    from ..reporting import html, leaderboard, term
+    from lm_eval_toolfid.reporting import html, leaderboard, term
 
     if fmt == "table":
         return leaderboard.format_table(board, colour=term.verdict_painter(term.use_colour(sys.stdout)))
@@ -25,8 +25,8 @@ def render_board(board, fmt: str, breakdowns=None) -> str:  # type: ignore[no-un
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..reporting import collect
-    from ..reporting.leaderboard import sort_rows
+    from lm_eval_toolfid.reporting import collect
+    from lm_eval_toolfid.reporting.leaderboard import sort_rows
 
     _, board, breakdowns = collect(args.paths)
     sort_rows(board, args.sort)

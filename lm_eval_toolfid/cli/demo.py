@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..bundled import fixture_paths
-from .common import FIXTURE_TASK
-from .run import add_run_options, cmd_run
+from lm_eval_toolfid.cases.bundled import fixture_paths
+from lm_eval_toolfid.cli.common import FIXTURE_TASK
+from lm_eval_toolfid.cli.run import add_run_options, cmd_run
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..bundled import fixture_paths
+from lm_eval_toolfid.cases.bundled import fixture_paths
 
 
 def cmd_fixtures(_: argparse.Namespace) -> int:

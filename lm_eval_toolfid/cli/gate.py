@@ -7,7 +7,7 @@ import sys
 
 
 def gate_runs(runs, junit: str | None) -> int:  # type: ignore[no-untyped-def]
-    from ..reporting.gate import exit_code, summary_lines, write_junit
+    from lm_eval_toolfid.reporting.gate import exit_code, summary_lines, write_junit
 
     code = exit_code(runs)
     for line in summary_lines(runs):
@@ -19,7 +19,7 @@ def gate_runs(runs, junit: str | None) -> int:  # type: ignore[no-untyped-def]
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from ..reporting.load import load_runs
+    from lm_eval_toolfid.reporting.load import load_runs
 
     runs, _ = load_runs(args.paths)
     return gate_runs(runs, args.junit)

@@ -1,11 +1,68 @@
-"""``toolfid import-bfcl``: BFCL single-turn question/answer files → a case file (see ``lm_eval_toolfid.bfcl``)."""
+"""``toolfid import-bfcl``: BFCL single-turn question/answer files → a case file
+(the conversion is :mod:`lm_eval_toolfid.cases.bfcl`)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
+
+from lm_eval_toolfid.cases.bfcl import convert, write_cases
+from lm_eval_toolfid.core.errors import ToolfidError
+
+
+def _answers_for(questions: list[str], answers: list[str]) -> list[Path | None]:
+    """Pair each questions file with its answers file: by file name (answers may be files or the
+    ``possible_answer`` folder); a single questions file takes a single answers file whatever its name."""
+    if len(questions) == 1 and len(answers) == 1 and Path(answers[0]).is_file():
+        return [Path(answers[0])]
+    by_name: dict[str, Path] = {}
+    for spec in answers:
+        path = Path(spec).expanduser()
+        if path.is_dir():
+            by_name.update({p.name: p for p in sorted(path.glob("*.json*"))})
+        elif path.is_file():
+            by_name[path.name] = path
+        else:
+            raise ToolfidError(f"--answers {spec}: no such file or folder")
+    used = [by_name.get(Path(q).name) for q in questions]
+    unused = set(by_name.values()) - set(used)
+    if unused and not any(Path(a).is_dir() for a in answers):
+        raise ToolfidError(f"--answers {sorted(unused)[0]} matches no questions file by name")
+    return used
+
+
+def cmd_import_bfcl(args: argparse.Namespace) -> int:
+    cases = []
+    for qfile, afile in zip(args.questions, _answers_for(args.questions, list(args.answers or []))):
+        cases += convert(qfile, afile, names_only=args.names_only, category=args.category)
+    ids = [c["id"] for c in cases]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ToolfidError(f"the same id appears in several questions files: {dupes[0]!r}")
+    path = write_cases(cases, args.output)
+    by_cat: dict[str, int] = {}
+    for c in cases:
+        by_cat[c["category"]] = by_cat.get(c["category"], 0) + 1
+    summary = ", ".join(f"{k} {v}" for k, v in by_cat.items())
+    print(f"wrote {len(cases)} cases ({summary}) to {path}")
+    return 0
+
+
+def add_import_bfcl_command(sub: Any) -> None:
+    p = sub.add_parser("import-bfcl", help="convert BFCL single-turn question/answer files into a case file")
+    p.add_argument("questions", nargs="+", help="BFCL question file(s), BFCL_v<N>_<category>.json")
+    p.add_argument("--answers", action="append",
+                   help="answers file(s) (repeatable), matched to questions files by file name, or the "
+                        "possible_answer folder")
+    p.add_argument("--output", "-o", required=True, help="case file to write (JSONL)")
+    p.add_argument("--names-only", action="store_true",
+                   help="gold calls by name only (no argument options); without --answers, single-function "
+                        "questions take their one function as the gold call")
+    p.add_argument("--category", help="category to record (default: from the file name)")
+    p.set_defaults(func=cmd_import_bfcl)
+
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ..bfcl import add_import_bfcl_command
-
     add_import_bfcl_command(sub)

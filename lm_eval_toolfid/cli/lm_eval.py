@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..bundled import tasks_path
+from lm_eval_toolfid.cases.bundled import tasks_path
 
 
 def _check_model_args(argv: list[str]) -> None:
     """Fail fast, in one line, on a missing base or a broken adapter before lm-eval loads anything."""
-    from ..runner import check_adapter, check_base
+    from lm_eval_toolfid.calibration.adapters import check_adapter
+    from lm_eval_toolfid.runtime.session import check_base
 
     for flag in ("--model_args", "--model-args"):
         if flag in argv and argv.index(flag) + 1 < len(argv):

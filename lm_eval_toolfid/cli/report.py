@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..fsutil import atomic_write_text
+from lm_eval_toolfid.core.fsutil import atomic_write_text
 
 
 def print_breakdowns(board, breakdowns, worst: int = 3, stream=None) -> None:  # type: ignore[no-untyped-def]
-    from ..reporting.breakdown import format_text
+    from lm_eval_toolfid.reporting.breakdown import format_text
 
     stream = stream or sys.stdout
     for row in board.rows:
@@ -24,9 +24,9 @@ def print_breakdowns(board, breakdowns, worst: int = 3, stream=None) -> None:  #
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ..reporting import collect, html
-    from ..reporting.leaderboard import format_table, sort_rows
-    from ..reporting.term import use_colour, verdict_painter
+    from lm_eval_toolfid.reporting import collect, html
+    from lm_eval_toolfid.reporting.leaderboard import format_table, sort_rows
+    from lm_eval_toolfid.reporting.term import use_colour, verdict_painter
 
     _, board, breakdowns = collect(args.paths)
     sort_rows(board, args.sort)

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import EXIT_INTERRUPTED, ToolfidError
-from .common import (
+from lm_eval_toolfid.cli.common import (
     DEFAULT_TASK,
     add_model_options,
     add_output_option,
@@ -19,10 +18,11 @@ from .common import (
     out_dir,
     parse_adapters,
 )
+from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, ToolfidError
 
 
 def _paint_verdicts(table: str) -> str:
-    from ..reporting.term import use_colour
+    from lm_eval_toolfid.reporting.term import use_colour
 
     if not use_colour(sys.stdout):
         return table
@@ -47,7 +47,7 @@ def _resume_hint(args: argparse.Namespace, out: Path) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..reporting.progress import Progress
+    from lm_eval_toolfid.reporting.progress import Progress
 
     adapters = parse_adapters(args.adapter)
     if args.resume and not args.output:
@@ -58,7 +58,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = out_dir(args.output)
     metadata = metadata_from_args(args)
     if metadata.get("cases"):  # a bad case file fails in one line before any model loads
-        from ..cases import load_cases
+        from lm_eval_toolfid.cases.load import load_cases
 
         load_cases(metadata["cases"])
     views = ["base", *adapters]
@@ -76,18 +76,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any],
          progress: Any) -> tuple[Any, list[Any]]:
-    from ..runner import ModelSession, evaluate_base, run_views
+    from lm_eval_toolfid.runtime.session import ModelSession
+    from lm_eval_toolfid.runtime.views import evaluate_base, run_views
 
     session = base_view = None
     if args.null_runs:
-        from ..calibrate import DEFAULT_MULTIPLIERS, calibrate_in_process
-        from ..calibration import adapter_shape
+        from lm_eval_toolfid.calibration.adapters import adapter_shape
+        from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS
+        from lm_eval_toolfid.runtime.calibrate import calibrate_in_process
 
         shapes = {adapter_shape(p)["hash"] for p in adapters.values()}
         if len(shapes) > 1:
             raise ToolfidError("--null-runs calibrates one adapter shape; these adapters differ in shape: "
                                "calibrate them in separate runs")
-        from ..calibration import adapter_update_norm, norms_agree
+        from lm_eval_toolfid.calibration.adapters import adapter_update_norm, norms_agree
 
         norms = {name: adapter_update_norm(p) for name, p in adapters.items()}
         first_norm = next(iter(norms.values()))
@@ -111,8 +113,8 @@ def _run(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata
 
 
 def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any]) -> int:
-    from ..report import format_table, row_from_results
-    from ..reporting.load import read_run
+    from lm_eval_toolfid.reporting.load import read_run
+    from lm_eval_toolfid.reporting.results import format_table, row_from_results
 
     rows = [row_from_results(v.results, v.label, args.task) for v in views]
     base_row = row_from_results(base_view.results, "base", args.task)
@@ -126,7 +128,7 @@ def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any
         print(_paint_verdicts(format_table(rows, valid)))
     runs = [read_run(v.path) for v in views if v.path is not None]
     if not args.json and not args.no_breakdown:
-        from ..reporting.breakdown import breakdown, format_text
+        from lm_eval_toolfid.reporting.breakdown import breakdown, format_text
 
         base_runs = [read_run(base_view.path)] if base_view.path is not None else []
         for run in runs:
@@ -134,8 +136,8 @@ def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any
             if b is not None:
                 print("\n" + format_text(b, worst=3))
     if args.html:
-        from ..fsutil import atomic_write_text
-        from ..reporting import collect, html
+        from lm_eval_toolfid.core.fsutil import atomic_write_text
+        from lm_eval_toolfid.reporting import collect, html
 
         _, board, breakdowns = collect([out])
         atomic_write_text(args.html, html.render(board, breakdowns))
@@ -144,7 +146,7 @@ def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any
         print(f"\nresults and per-case samples: {out}/  (toolfid report {out} --html report.html)")
     code = 0
     if args.gate or args.junit:
-        from .gate import gate_runs
+        from lm_eval_toolfid.cli.gate import gate_runs
 
         gated = gate_runs(runs, args.junit)
         code = gated if args.gate else 0

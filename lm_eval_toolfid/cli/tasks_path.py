@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..bundled import tasks_path
+from lm_eval_toolfid.cases.bundled import tasks_path
 
 
 def cmd_tasks_path(_: argparse.Namespace) -> int:

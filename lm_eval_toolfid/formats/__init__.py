@@ -6,11 +6,19 @@ One module per format (``bare_json``, ``fenced``, ``embedded``, ``hermes``, ``qw
 (capped) text; see :mod:`.limits` and ``docs/formats.md``.
 """
 
-from .driver import parse_calls
-from .limits import (DECODE_BUDGET, MAX_CALLS, MAX_DECODES, MAX_DEPTH, PYTHONIC_CAP, SCAN_CAP, bounded_copy,
-                     safe_loads)
-from .registry import FORMATS, REGISTRY, Format, render_call, render_calls
-from .scan import spans
+from lm_eval_toolfid.formats.driver import parse_calls
+from lm_eval_toolfid.formats.limits import (
+                     DECODE_BUDGET,
+                     MAX_CALLS,
+                     MAX_DECODES,
+                     MAX_DEPTH,
+                     PYTHONIC_CAP,
+                     SCAN_CAP,
+                     bounded_copy,
+                     safe_loads,
+)
+from lm_eval_toolfid.formats.registry import FORMATS, REGISTRY, Format, render_call, render_calls
+from lm_eval_toolfid.formats.scan import spans
 
 __all__ = ["parse_calls", "render_call", "render_calls", "FORMATS", "REGISTRY", "Format", "bounded_copy", "safe_loads", "spans",
            "SCAN_CAP", "MAX_CALLS", "MAX_DEPTH", "MAX_DECODES", "DECODE_BUDGET", "PYTHONIC_CAP"]

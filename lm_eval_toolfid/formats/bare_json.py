@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..records import SurfaceFormat
-from .calls import Found, calls_from_value
-from .common import dumps, whole_json
+from lm_eval_toolfid.core.records import SurfaceFormat
+from lm_eval_toolfid.formats.calls import Found, calls_from_value
+from lm_eval_toolfid.formats.common import dumps, whole_json
 
 SURFACE = SurfaceFormat.BARE_JSON
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import SurfaceFormat, ToolCall
-from .limits import MAX_DEPTH, safe_loads
-from .scan import first_span_at
+from lm_eval_toolfid.core.records import SurfaceFormat, ToolCall
+from lm_eval_toolfid.formats.limits import MAX_DEPTH, safe_loads
+from lm_eval_toolfid.formats.scan import first_span_at
 
 GENERIC = (SurfaceFormat.BARE_JSON, SurfaceFormat.FENCED, SurfaceFormat.EMBEDDED)
 STRING_DECODED = "arguments_string_decoded"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .limits import MAX_DEPTH, safe_loads
-from .scan import decoded, first_span_at
+from lm_eval_toolfid.formats.limits import MAX_DEPTH, safe_loads
+from lm_eval_toolfid.formats.scan import decoded, first_span_at
 
 
 class Finder:

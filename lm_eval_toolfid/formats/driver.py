@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..records import ParsedGeneration, SurfaceFormat
-from . import bare_json, embedded, fenced, hermes, llama, mistral, pythonic, qwen_xml
-from .calls import Found
-from .limits import SCAN_CAP, clean_text
+from lm_eval_toolfid.core.records import ParsedGeneration, SurfaceFormat
+from lm_eval_toolfid.formats import bare_json, embedded, fenced, hermes, llama, mistral, pythonic, qwen_xml
+from lm_eval_toolfid.formats.calls import Found
+from lm_eval_toolfid.formats.limits import SCAN_CAP, clean_text
 
 RAISE_INTERNAL_ERRORS = False
 """Tests set this to see a parser bug instead of the never-raise safety net."""

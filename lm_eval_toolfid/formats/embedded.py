@@ -14,11 +14,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..records import SurfaceFormat
-from .calls import Found, calls_from_value
-from .common import dumps, json_values
-from .limits import MAX_DECODES, MAX_DEPTH, safe_loads
-from .scan import first_span_at
+from lm_eval_toolfid.core.records import SurfaceFormat
+from lm_eval_toolfid.formats.calls import Found, calls_from_value
+from lm_eval_toolfid.formats.common import dumps, json_values
+from lm_eval_toolfid.formats.limits import MAX_DECODES, MAX_DEPTH, safe_loads
+from lm_eval_toolfid.formats.scan import first_span_at
 
 SURFACE = SurfaceFormat.EMBEDDED
 _CALL_START = re.compile(r'\{\s*"(?:name|function|tool_calls)"\s*:')

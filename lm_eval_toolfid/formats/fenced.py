@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator
 
-from ..records import SurfaceFormat
-from . import pythonic
-from .calls import Found, calls_from_value
-from .common import dumps, whole_json
-from .limits import MAX_CALLS
+from lm_eval_toolfid.core.records import SurfaceFormat
+from lm_eval_toolfid.formats import pythonic
+from lm_eval_toolfid.formats.calls import Found, calls_from_value
+from lm_eval_toolfid.formats.common import dumps, whole_json
+from lm_eval_toolfid.formats.limits import MAX_CALLS
 
 SURFACE = SurfaceFormat.FENCED
 FENCE = "```"

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..records import SurfaceFormat
-from . import pythonic, qwen_xml
-from .calls import Found, calls_from_value
-from .common import Finder, dumps, json_values, nearest
-from .limits import MAX_CALLS
+from lm_eval_toolfid.core.records import SurfaceFormat
+from lm_eval_toolfid.formats import pythonic, qwen_xml
+from lm_eval_toolfid.formats.calls import Found, calls_from_value
+from lm_eval_toolfid.formats.common import Finder, dumps, json_values, nearest
+from lm_eval_toolfid.formats.limits import MAX_CALLS
 
 SURFACE = SurfaceFormat.HERMES
 OPEN, CLOSE = "<tool_call>", "</tool_call>"

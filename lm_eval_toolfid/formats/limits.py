@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
 
-from ..jsonsafe import TRUNCATED, bounded_copy, clean_text  # noqa: F401 - re-exported
+from lm_eval_toolfid.core.jsonsafe import TRUNCATED, bounded_copy, clean_text  # noqa: F401 - re-exported
 
 SCAN_CAP = 65_536
 """Characters of a generation that are scanned (the first 64 KiB); the rest is ignored."""

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..records import SurfaceFormat
-from . import pythonic
-from .calls import Found, calls_from_value
-from .common import dumps, json_values
+from lm_eval_toolfid.core.records import SurfaceFormat
+from lm_eval_toolfid.formats import pythonic
+from lm_eval_toolfid.formats.calls import Found, calls_from_value
+from lm_eval_toolfid.formats.common import dumps, json_values
 
 SURFACE = SurfaceFormat.LLAMA
 TAG = "<|python_tag|>"

@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..records import SurfaceFormat, ToolCall
-from .calls import Found, calls_from_value
-from .common import Finder, dumps
-from .limits import MAX_CALLS, MAX_DEPTH, safe_loads
-from .scan import first_span_at
+from lm_eval_toolfid.core.records import SurfaceFormat, ToolCall
+from lm_eval_toolfid.formats.calls import Found, calls_from_value
+from lm_eval_toolfid.formats.common import Finder, dumps
+from lm_eval_toolfid.formats.limits import MAX_CALLS, MAX_DEPTH, safe_loads
+from lm_eval_toolfid.formats.scan import first_span_at
 
 SURFACE = SurfaceFormat.MISTRAL
 MARKER, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..records import SurfaceFormat
-from .common import dumps
+from lm_eval_toolfid.core.records import SurfaceFormat
+from lm_eval_toolfid.formats.common import dumps
 
 SURFACE = SurfaceFormat.OPENAI
 

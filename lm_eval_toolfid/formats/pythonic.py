@@ -17,9 +17,9 @@ import math
 import re
 from typing import Any
 
-from ..records import SurfaceFormat, ToolCall
-from .calls import Found
-from .limits import MAX_DEPTH, PYTHONIC_CAP, clean_text
+from lm_eval_toolfid.core.records import SurfaceFormat, ToolCall
+from lm_eval_toolfid.formats.calls import Found
+from lm_eval_toolfid.formats.limits import MAX_DEPTH, PYTHONIC_CAP, clean_text
 
 SURFACE = SurfaceFormat.PYTHONIC
 _LOOKS_LIKE = re.compile(r"\[?\s*[A-Za-z_][\w.]*\(")

@@ -13,10 +13,10 @@ import json
 import re
 from typing import Any
 
-from ..records import SurfaceFormat, ToolCall
-from .calls import Found
-from .common import Finder, nearest, whole_json
-from .limits import MAX_CALLS, safe_loads
+from lm_eval_toolfid.core.records import SurfaceFormat, ToolCall
+from lm_eval_toolfid.formats.calls import Found
+from lm_eval_toolfid.formats.common import Finder, nearest, whole_json
+from lm_eval_toolfid.formats.limits import MAX_CALLS, safe_loads
 
 SURFACE = SurfaceFormat.QWEN_XML
 OPEN, CLOSE = "<function=", "</function>"

@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ..records import SurfaceFormat
-from . import bare_json, embedded, fenced, hermes, llama, mistral, openai, pythonic, qwen_xml
+from lm_eval_toolfid.core.records import SurfaceFormat
+from lm_eval_toolfid.formats import bare_json, embedded, fenced, hermes, llama, mistral, openai, pythonic, qwen_xml
 
 Renderer = Callable[..., str]
 

@@ -18,7 +18,7 @@ import re
 from itertools import compress
 from typing import Any, Iterator, NamedTuple
 
-from .limits import DECODE_BUDGET, MAX_DECODES, MAX_DEPTH, safe_loads
+from lm_eval_toolfid.formats.limits import DECODE_BUDGET, MAX_DECODES, MAX_DEPTH, safe_loads
 
 # Possessive quantifiers (Python 3.11+) keep every pattern free of backtracking.
 _STR = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"?'

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .breakdown import Breakdown, breakdown
-from .leaderboard import Leaderboard, build
-from .load import Run, load_runs
+from lm_eval_toolfid.reporting.breakdown import Breakdown, breakdown
+from lm_eval_toolfid.reporting.leaderboard import Leaderboard, build
+from lm_eval_toolfid.reporting.load import Run, load_runs
 
 
 def collect(paths: list[str | Path]) -> tuple[list[Run], Leaderboard, dict[str, Breakdown]]:

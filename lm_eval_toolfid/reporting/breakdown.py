@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ToolfidError
-from .load import Run, iter_samples
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.reporting.load import Run, iter_samples
 
 
 @dataclass
@@ -124,7 +124,7 @@ def base_texts(run: Run, base_runs: list[Run]) -> dict[str, str]:
     if pairing.startswith("reference store: "):
         path = Path(pairing.split(": ", 1)[1])
         if path.is_file():
-            from ..pairing import read_reference
+            from lm_eval_toolfid.pairing.references import read_reference
 
             try:
                 return dict(read_reference(path).generations)
@@ -141,8 +141,8 @@ def _text(sample: dict[str, Any]) -> str:
     first = resps[0]
     while isinstance(first, list) and first:
         first = first[0]
-    from ..pairing import sample_prompt
-    from ..prompting import restore_primer
+    from lm_eval_toolfid.pairing.samples import sample_prompt
+    from lm_eval_toolfid.prompts.plain import restore_primer
 
     return restore_primer(sample_prompt(sample), first if isinstance(first, str) else json.dumps(first))
 

@@ -6,9 +6,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from ..errors import EXIT_FAIL, EXIT_PASS, EXIT_UNDECIDED, ToolfidError
-from ..fsutil import atomic_write_bytes
-from .load import Run
+from lm_eval_toolfid.core.errors import EXIT_FAIL, EXIT_PASS, EXIT_UNDECIDED, ToolfidError
+from lm_eval_toolfid.core.fsutil import atomic_write_bytes
+from lm_eval_toolfid.reporting.load import Run
 
 
 def gated_runs(runs: list[Run]) -> list[Run]:

@@ -10,10 +10,10 @@ import json
 import time
 from pathlib import Path
 
-from .. import __version__
-from .breakdown import Breakdown, explain
-from .leaderboard import Group, Leaderboard, Row, table_cells
-from .svg import esc, grouped_bars, heatmap, null_strip
+from lm_eval_toolfid import __version__
+from lm_eval_toolfid.reporting.breakdown import Breakdown, explain
+from lm_eval_toolfid.reporting.leaderboard import Group, Leaderboard, Row, table_cells
+from lm_eval_toolfid.reporting.svg import esc, grouped_bars, heatmap, null_strip
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222;max-width:1400px}

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ToolfidError
-from .load import Run, _norm
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.reporting.load import Run, _norm
 
 # (metric, short header, higher is better)
 FIDELITY_COLUMNS: list[tuple[str, str, bool]] = [

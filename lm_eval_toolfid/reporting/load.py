@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import ToolfidError
-from ..report import RunRow, row_from_results
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.reporting.results import RunRow, row_from_results
 
 TOOLFID_PREFIX = "tool_use_fidelity"
 _NOT_METRICS = {"alias", "name", "sample_len", "samples", " ", ""}

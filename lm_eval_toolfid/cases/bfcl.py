@@ -1,0 +1,210 @@
+"""Import Berkeley Function Calling Leaderboard (BFCL) single-turn files as a toolfid case file.
+
+Question files are JSON lines ``{"id", "question": [[{"role", "content"}, ...]], "function": [spec...]}``;
+answer files are JSON lines ``{"id", "ground_truth": [{"<function name>": {param: [acceptable...]}}, ...]}``.
+
+Decisions (see docs/bfcl.md):
+
+- ids are kept; ``category`` is taken from the file name (``BFCL_v4_simple_python.json`` -> ``simple_python``);
+- the prompt is the text of the user turn(s); system turns are kept as a prefix of the prompt, separated
+  by a blank line (a case has one prompt text; that is also what BFCL's prompting does for models
+  without a system role);
+- tools are BFCL's ``function`` list with parameter schemas normalised to JSON Schema (``dict`` ->
+  ``object``, ``float`` -> ``number``, ``tuple`` -> ``array``, ``any`` -> unconstrained) so chat
+  templates and models see standard specs;
+- ground truth becomes ``gold_calls`` with BFCL's acceptable-value lists kept as ``options``
+  (``""`` = may be omitted, nested option maps inside dicts/lists preserved);
+- ``irrelevance`` categories (no call expected) become ``irrelevant: true`` cases and need no answers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from lm_eval_toolfid.cases.load import parse_case_line
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.core.fsutil import atomic_write_text
+from lm_eval_toolfid.core.schema import normalize_schema
+
+SINGLE_TURN = ("simple", "simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
+               "parallel_multiple", "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple",
+               "irrelevance", "live_irrelevance")
+IRRELEVANCE = ("irrelevance", "live_irrelevance")
+
+_FILE_NAME = re.compile(r"^(?:BFCL_v\d+_)?(?P<category>[A-Za-z0-9_]+?)(?:_result|_answer)?\.jsonl?$")
+
+
+def category_of(path: str | Path) -> str:
+    """``BFCL_v4_simple_python.json`` -> ``simple_python``."""
+    match = _FILE_NAME.match(Path(path).name)
+    if not match:
+        raise ToolfidError(f"{path}: cannot tell the BFCL category from the file name "
+                           "(expected BFCL_v<N>_<category>.json); pass --category")
+    return match.group("category")
+
+
+def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ToolfidError(f"cannot read {path}: {exc}") from None
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ToolfidError(f"{path}:{lineno}: not valid JSON ({exc})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("id"), (str, int)):
+            raise ToolfidError(f"{path}:{lineno}: expected a JSON object with an 'id'")
+        rows.append((lineno, row))
+    if not rows:
+        raise ToolfidError(f"{path}: no entries in file")
+    return rows
+
+
+def prompt_of(question: Any, where: str) -> str:
+    """The case prompt from BFCL's ``question`` (one turn: a list of messages)."""
+    if not isinstance(question, list) or not question:
+        raise ToolfidError(f"{where}: 'question' must be a non-empty list of turns")
+    if len(question) > 1:
+        raise ToolfidError(f"{where}: {len(question)} turns: multi-turn questions are not supported "
+                           "(single-turn categories only)")
+    turn = question[0]
+    if isinstance(turn, dict):  # some files give the message list directly
+        turn = [turn]
+    if not isinstance(turn, list) or not all(isinstance(m, dict) for m in turn):
+        raise ToolfidError(f"{where}: a turn must be a list of {{role, content}} messages")
+    system, user = [], []
+    for message in turn:
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(content, str):
+            raise ToolfidError(f"{where}: message content must be a string")
+        if role == "system":
+            system.append(content.strip())
+        elif role == "user":
+            user.append(content.strip())
+        else:
+            raise ToolfidError(f"{where}: message role {role!r} is not supported (system and user only)")
+    if not any(user):
+        raise ToolfidError(f"{where}: the question has no user message")
+    return "\n\n".join(p for p in system + user if p)
+
+
+def tool_of(spec: Any, where: str) -> dict[str, Any]:
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise ToolfidError(f"{where}: every function needs a 'name'")
+    out = {"name": spec["name"], "description": str(spec.get("description") or "")}
+    params = spec.get("parameters", {"type": "object", "properties": {}})
+    params = normalize_schema(params)
+    if isinstance(params, dict) and "type" not in params and "properties" in params:
+        params = {"type": "object", **params}
+    out["parameters"] = params
+    return out
+
+
+def gold_calls_of(answer: dict[str, Any], where: str, names_only: bool) -> list[dict[str, Any]]:
+    truth = answer.get("ground_truth")
+    if not isinstance(truth, list) or not truth:
+        raise ToolfidError(f"{where}: 'ground_truth' must be a non-empty list of calls")
+    calls = []
+    for call in truth:
+        if not isinstance(call, dict) or len(call) != 1:
+            raise ToolfidError(f"{where}: each ground_truth entry must be {{function name: {{param: [options]}}}}")
+        (name, params), = call.items()
+        if not isinstance(params, dict) or not all(isinstance(v, list) for v in params.values()):
+            raise ToolfidError(f"{where}: ground truth of {name!r}: each parameter needs a list of acceptable values")
+        calls.append({"name": name} if names_only else {"name": name, "options": params})
+    return calls
+
+
+def convert(questions_path: str | Path, answers_path: str | Path | None = None, *, names_only: bool = False,
+            category: str | None = None) -> list[dict[str, Any]]:
+    """BFCL question (+ answer) files -> case dicts, each already validated as a loadable case."""
+    qpath = Path(questions_path).expanduser()
+    category = category or category_of(qpath)
+    if not category.startswith(SINGLE_TURN):
+        raise ToolfidError(f"{qpath}: BFCL category {category!r} is not supported; single-turn categories: "
+                           f"{', '.join(SINGLE_TURN)}")
+    irrelevance = category in IRRELEVANCE or category.endswith("irrelevance")
+    answers: dict[str, tuple[int, dict[str, Any]]] = {}
+    apath = Path(answers_path).expanduser() if answers_path else None
+    if apath is not None:
+        for lineno, row in _read_jsonl(apath):
+            aid = str(row["id"])
+            if aid in answers:
+                raise ToolfidError(f"{apath}:{lineno}: duplicate id {aid!r} (first on line {answers[aid][0]})")
+            answers[aid] = (lineno, row)
+    elif not irrelevance and not names_only:
+        raise ToolfidError(f"{qpath}: category {category!r} needs its answers file (--answers "
+                           f"possible_answer/{qpath.name}); or pass --names-only for single-function questions")
+
+    cases: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for lineno, q in _read_jsonl(qpath):
+        where = f"{qpath}:{lineno}"
+        qid = str(q["id"])
+        if qid in seen:
+            raise ToolfidError(f"{where}: duplicate id {qid!r} (first on line {seen[qid]})")
+        seen[qid] = lineno
+        functions = q.get("function")
+        if not isinstance(functions, list) or not functions:
+            raise ToolfidError(f"{where}: 'function' must be a non-empty list of function specs")
+        case: dict[str, Any] = {"id": qid, "prompt": prompt_of(q.get("question"), where),
+                                "tools": [tool_of(f, where) for f in functions], "category": category}
+        if irrelevance:
+            case["irrelevant"] = True
+        elif qid in answers:
+            case["gold_calls"] = gold_calls_of(answers[qid][1], f"{apath}:{answers[qid][0]}", names_only)
+        elif apath is not None:
+            raise ToolfidError(f"{where}: question {qid!r} has no entry in {apath}")
+        elif len(functions) == 1:  # --names-only without answers: the one offered function
+            case["gold_calls"] = [{"name": case["tools"][0]["name"]}]
+        else:
+            raise ToolfidError(f"{where}: {len(functions)} functions offered and no answers file: the expected "
+                               "call cannot be known; pass --answers")
+        parse_case_line(json.dumps(case, ensure_ascii=False), where)  # one-line error if not loadable
+        cases.append(case)
+    if apath is not None and not irrelevance:
+        extra = [(ln, aid) for aid, (ln, _) in answers.items() if aid not in seen]
+        if extra:
+            ln, aid = extra[0]
+            raise ToolfidError(f"{apath}:{ln}: answer {aid!r} has no question in {qpath}"
+                               + (f" (+{len(extra) - 1} more)" if len(extra) > 1 else ""))
+    return cases
+
+
+def write_cases(cases: list[dict[str, Any]], output: str | Path) -> Path:
+    text = "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in cases)
+    return atomic_write_text(Path(output).expanduser(), text)
+
+def _reference_value(value: Any) -> Any:
+    if isinstance(value, dict):  # a nested options map
+        return reference_arguments(value)
+    if isinstance(value, list):
+        return [_reference_value(v) for v in value]
+    return value
+
+
+_OMIT = object()
+
+
+def _first_option(options: list[Any]) -> Any:
+    if not options or options[0] == "":
+        return _OMIT
+    return _reference_value(options[0])
+
+
+def reference_arguments(options: dict[str, list[Any]]) -> dict[str, Any]:
+    """One concrete call from a BFCL options map: the first acceptable value of each parameter
+    (a first option ``""`` — "may be omitted" — leaves the parameter out), nested maps resolved."""
+    out = {}
+    for key, opts in options.items():
+        value = _first_option(opts) if isinstance(opts, list) else _reference_value(opts)
+        if value is not _OMIT:
+            out[key] = value
+    return out

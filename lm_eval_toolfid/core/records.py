@@ -1,0 +1,387 @@
+"""Typed records that flow between the stages: case → parsed calls → outcome → pair → summary.
+
+Data flows one way: ``cases`` builds :class:`Case`; ``parsing`` turns text into
+:class:`ParsedGeneration`; ``scoring`` turns a generation plus a case into an
+:class:`Outcome` and two outcomes into a :class:`PairScore`; ``stats``/``scoring``
+aggregate those into a :class:`Summary`; ``verdict`` judges a summary.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from lm_eval_toolfid.core.jsonsafe import bounded_copy, clean_text
+
+
+class ToolSpec(BaseModel):
+    """An OpenAI-style function spec: ``{"name", "description", "parameters"}``.
+
+    The wrapped form ``{"type": "function", "function": {...}}`` is accepted and unwrapped.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unwrap(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("type") == "function" and isinstance(data.get("function"), dict):
+            return data["function"]
+        return data
+
+    def for_prompt(self) -> dict[str, Any]:
+        """The spec exactly as the model is shown it."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+class GoldCall(BaseModel):
+    """One expected call.
+
+    ``arguments``: the exact expected values. ``options``: acceptable values per parameter, BFCL-style —
+    each parameter maps to a list of acceptable values; ``""`` in the list means the parameter may be
+    omitted; an acceptable value that is a dict is itself an options map (nested parameters), and an
+    acceptable list value is compared element-wise with the same rules. Give one of the two, or neither
+    (only the name is checked).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] | None = None
+    options: dict[str, list[Any]] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> GoldCall:
+        if self.arguments is not None and self.options is not None:
+            raise ValueError("a gold call gives 'arguments' or 'options', not both")
+        return self
+
+    @property
+    def has_values(self) -> bool:
+        return self.arguments is not None or self.options is not None
+
+
+class Case(BaseModel):
+    """One evaluation case: a request, the tools offered, the call(s) it should make — or none.
+
+    - one expected call: ``gold_tool_name`` (and optionally ``gold_arguments``);
+    - several (parallel) calls: ``gold_calls`` (matched order-insensitively, by name);
+    - irrelevance (no offered tool fits, the right answer is no call): ``gold_tool_name: null``
+      with no ``gold_calls``, or ``irrelevant: true``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(min_length=1)
+    prompt: str = Field(min_length=1)
+    tools: list[ToolSpec] = Field(min_length=1)
+    gold_tool_name: str | None = None
+    allowed_tools: list[str] | None = None
+    max_new_tokens: int | None = Field(default=None, gt=0, le=8192)
+    gold_arguments: dict[str, Any] | None = None
+    gold_calls: list[GoldCall] | None = None
+    irrelevant: bool = False
+    category: str | None = None
+    """Where the case comes from (e.g. a BFCL category); used by breakdowns only."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_single_tool_spec(cls, data: Any) -> Any:
+        """The original design's single ``tool_spec`` becomes a one-tool ``tools`` list."""
+        if isinstance(data, dict) and "tool_spec" in data:
+            if "tools" in data:
+                raise ValueError("give either 'tools' or 'tool_spec', not both")
+            data = {**data, "tools": [data["tool_spec"]]}
+            del data["tool_spec"]
+        if isinstance(data, dict) and isinstance(data.get("id"), int):
+            data = {**data, "id": str(data["id"])}
+        return data
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tool_names(cls, tools: list[ToolSpec]) -> list[ToolSpec]:
+        names = [t.name for t in tools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate tool names offered: {', '.join(dupes)}")
+        return tools
+
+    @model_validator(mode="after")
+    def _gold_is_consistent(self) -> Case:
+        calls = self.gold_calls or []
+        if self.irrelevant:
+            if self.gold_tool_name is not None or calls or self.gold_arguments is not None:
+                raise ValueError("an irrelevant case (no call expected) cannot name a gold tool or gold calls")
+            return self
+        if self.gold_tool_name is None and not calls:
+            object.__setattr__(self, "irrelevant", True)  # gold_tool_name: null → no call expected
+            if self.gold_arguments is not None:
+                raise ValueError("gold_arguments need a gold_tool_name")
+            return self
+        if self.gold_tool_name is None:
+            object.__setattr__(self, "gold_tool_name", calls[0].name)
+        if calls and self.gold_arguments is not None:
+            raise ValueError("give gold_arguments (one call) or gold_calls, not both")
+        if calls and self.gold_tool_name not in {c.name for c in calls}:
+            raise ValueError(f"gold_tool_name {self.gold_tool_name!r} is not among gold_calls")
+        for name in [self.gold_tool_name, *(c.name for c in calls)]:
+            if name not in self.tool_names:
+                raise ValueError(
+                    f"gold tool {name!r} is not among the offered tools ({', '.join(self.tool_names)})"
+                )
+        return self
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+    def tool(self, name: str) -> ToolSpec | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    @property
+    def gold_tool(self) -> ToolSpec | None:
+        """The expected tool (the first expected call's); None for an irrelevance case."""
+        return self.tool(self.gold_tool_name) if self.gold_tool_name is not None else None
+
+    @property
+    def expected_calls(self) -> list[GoldCall]:
+        """Every call the case expects (empty for irrelevance)."""
+        if self.irrelevant:
+            return []
+        if self.gold_calls:
+            return list(self.gold_calls)
+        assert self.gold_tool_name is not None
+        return [GoldCall(name=self.gold_tool_name, arguments=self.gold_arguments)]
+
+
+class SurfaceFormat(str, Enum):
+    """How a call was written: the most specific convention the parser recognised.
+
+    Marker-delimited formats (Hermes ``<tool_call>``, Mistral ``[TOOL_CALLS]``, Llama
+    ``<|python_tag|>``, Qwen3-coder ``<function=...>``) win; otherwise an object convention
+    (OpenAI ``function`` wrapper / string-encoded arguments, Llama ``"parameters"``); otherwise
+    where the JSON sat (whole text, fenced block, embedded in prose). See ``docs/formats.md``.
+    """
+
+    BARE_JSON = "bare_json"
+    FENCED = "fenced"
+    EMBEDDED = "embedded"
+    HERMES = "hermes"
+    QWEN_XML = "qwen_xml"
+    LLAMA = "llama"
+    MISTRAL = "mistral"
+    OPENAI = "openai"
+    PYTHONIC = "pythonic"
+
+
+class ToolCall(BaseModel):
+    """One call as written by the model; ``name``/``arguments`` are raw (not yet checked)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: Any = None
+    arguments: Any = None
+    surface: SurfaceFormat
+    raw: dict[str, Any]
+    flags: tuple[str, ...] = ()
+    """Parser notes, e.g. ``arguments_string_decoded`` (arguments arrived as a JSON string)."""
+
+
+class ParsedGeneration(BaseModel):
+    """Everything the parser found in one generation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    calls: list[ToolCall] = Field(default_factory=list)
+    saw_object_start: bool = False
+    """A ``{`` appeared but nothing parsed: the text tried to be JSON and failed."""
+    malformed_formats: tuple[SurfaceFormat, ...] = ()
+    """Formats whose markers or shape appeared (``<tool_call>``, ``[TOOL_CALLS]``, ``<function=``,
+    ``f(...)``...) but yielded no call: an attempted call in that format that did not parse."""
+
+    @property
+    def malformed(self) -> bool:
+        """No call, but the text attempted one (JSON or any other format)."""
+        return not self.calls and (self.saw_object_start or bool(self.malformed_formats))
+
+
+class OutcomeKind(str, Enum):
+    """Taxonomy of what a generation amounted to, worst to best."""
+
+    NO_CALL = "no_call"  # nothing call-like: prose, empty
+    MALFORMED = "malformed"  # tried to write a call, did not parse (truncated, syntax error)
+    WRONG_SHAPE = "wrong_shape"  # parsed, but not {"name": str, "arguments": object}
+    SCHEMA_ERROR = "schema_error"  # arguments violate the tool's JSON schema
+    VALID = "valid"
+
+    @property
+    def parsed(self) -> bool:
+        return self not in (OutcomeKind.NO_CALL, OutcomeKind.MALFORMED)
+
+    @property
+    def rank(self) -> int:
+        return _KIND_ORDER.index(self)
+
+
+_KIND_ORDER = [OutcomeKind.NO_CALL, OutcomeKind.MALFORMED, OutcomeKind.WRONG_SHAPE, OutcomeKind.SCHEMA_ERROR,
+               OutcomeKind.VALID]
+
+# --- bounded copies: records never hold unbounded model output -----------------------------
+MAX_DEPTH = 24
+"""Nesting kept in a record's copy of arguments; deeper values become the string ``"<…depth>"``."""
+MAX_ITEMS = 200
+"""Items kept per object/array in a record's copy; the rest become one ``"<…N more>"`` marker."""
+MAX_STR = 2_000
+"""Characters kept per string of a record's copy of arguments."""
+MAX_TEXT = 65_536
+"""Characters kept of a generation's text in a record (generations are bounded by ``max_gen_toks``;
+a longer one is cut and marked, and a base reference built from it says so)."""
+
+
+def bounded(value: Any) -> Any:
+    """A JSON-safe copy of ``value`` with nesting, width and string length capped (see the constants;
+    :func:`lm_eval_toolfid.jsonsafe.bounded_copy` says what is cut and how the cut is marked).
+
+    Scoring validates the model's full arguments; only the copy kept in records (samples files,
+    references, reports) is bounded, so serialising a record can never hit a depth or size limit.
+    """
+    return bounded_copy(value, max_depth=MAX_DEPTH, max_items=MAX_ITEMS, max_str=MAX_STR)
+
+
+def bounded_text(text: str | None) -> str | None:
+    """A generation as records keep it: lone surrogates replaced, cut at :data:`MAX_TEXT` characters."""
+    if text is None:
+        return None
+    text = clean_text(text)
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f"<…{len(text) - MAX_TEXT} chars>"
+
+
+class CallOutcome(BaseModel):
+    """One call of a generation, scored against the tool it names."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: OutcomeKind
+    keyword: str | None = None
+    """SCHEMA_ERROR: the failing JSON-Schema keyword (``required``, ``enum``, ``type``…);
+    WRONG_SHAPE: which part was wrong (``name``, ``arguments``, ``arguments_string``)."""
+    detail: str | None = None
+    name: str | None = None
+    arguments: Any = None
+    """A bounded copy (see :func:`bounded`) of the arguments as written."""
+    surface: str | None = None
+    flags: list[str] = Field(default_factory=list)
+    offered: bool | None = None
+    """The call names one of the case's offered tools (None: no usable name)."""
+    hallucinated: bool | None = None
+    """The call names a tool outside the declared surface (or ≠ any expected tool when none is declared);
+    None when the call has no usable name."""
+
+
+class Outcome(BaseModel):
+    """One view (base or adapter) of one case: every call scored, and what the case amounts to.
+
+    ``kind`` is the case's outcome: ``no_call``/``malformed`` when no call was parsed, else the worst
+    call's kind (the case is ``valid`` only when every call is). ``keyword``/``detail`` come from that
+    worst call; ``name``/``arguments``/``surface`` from the first call (for tables and reports).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: OutcomeKind
+    keyword: str | None = None
+    detail: str | None = None
+    name: str | None = None
+    arguments: Any = None
+    surface: str | None = None
+    n_calls: int = 0
+    calls: list[CallOutcome] = Field(default_factory=list)
+    hallucinated: bool | None = None
+    """Only for VALID outcomes (the original definition): some call is outside the declared surface."""
+    attempted: bool = False
+    """The text tried to make a call (a call parsed, or a malformed attempt): for irrelevance cases."""
+    gold_tool: bool | None = None
+    """The called tools are exactly the expected ones (a multiset); None for irrelevance cases."""
+    gold_args: bool | None = None
+    """Every expected call is matched by a call with the expected values; None when the case gives none."""
+    text: str | None = None
+    """A bounded copy of the generation."""
+
+    @property
+    def valid(self) -> bool:
+        return self.kind is OutcomeKind.VALID
+
+
+class PairScore(BaseModel):
+    """One case under both views: the per-case record every metric is computed from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    case_id: str
+    ft: Outcome
+    base: Outcome | None = None
+    relevant: bool = True
+    """The case expects a call (False: an irrelevance case, where the right answer is no call)."""
+    arg_disagreement: float | None = None
+    """Leaf-field disagreement of matched calls, only when both views are valid."""
+    identical_output: bool | None = None
+    """The adapter's generation is byte-identical to the base's."""
+    tool: str | None = None
+    """The expected (first) tool, for breakdowns."""
+    request_hash: str | None = None
+    """Hash of the prompt and generation settings this case was generated with (pairing checks it)."""
+
+    @property
+    def validity_delta(self) -> int | None:
+        if self.base is None or not self.relevant:
+            return None
+        return int(self.ft.valid) - int(self.base.valid)
+
+
+class Summary(BaseModel):
+    """Aggregates over a run (one adapter, optionally paired with its base). Built by scoring.summarize."""
+
+    model_config = ConfigDict(frozen=True)
+
+    n: int
+    n_relevant: int
+    n_irrelevant: int = 0
+    metrics: dict[str, float | None]
+    """Every metric of :data:`lm_eval_toolfid.scoring.metrics.METRICS` this run has (None: no denominator)."""
+    denominators: dict[str, int] = Field(default_factory=dict)
+    outcome_counts: dict[str, int]
+    base_outcome_counts: dict[str, int] | None = None
+    paired: bool = False
+    validity_delta_ci: tuple[float, float] | None = None
+    hallucination_delta_ci: tuple[float, float] | None = None
+    validity_discordant: tuple[int, int] | None = None
+    """(cases lost, cases gained) by the adapter: McNemar's discordant cells."""
+
+    def get(self, name: str) -> float | None:
+        return self.metrics.get(name)
+
+    @property
+    def json_valid_rate(self) -> float:
+        return self.metrics.get("json_valid_rate") or 0.0
+
+    @property
+    def base_json_valid_rate(self) -> float | None:
+        return self.metrics.get("base_json_valid_rate")
+
+    @property
+    def validity_delta(self) -> float | None:
+        return self.metrics.get("validity_delta")
+
+    @property
+    def hallucination_rate(self) -> float:
+        return self.metrics.get("hallucination_rate") or 0.0
+
+    @property
+    def n_valid(self) -> int:
+        return self.denominators.get("hallucination_rate", 0)

@@ -1,0 +1,1 @@
+"""What other frameworks load: the lm-eval task (``lm_eval``) and the vLLM backend (``vllm``)."""

@@ -1,0 +1,226 @@
+"""One run of the task, from build to finish, independent of lm-eval's call order.
+
+- :meth:`FidelityRun.resolve` — once, when requests are built and before any generation: the run
+  key, the base references an adapter run can pair with (or why none), the calibration (refused
+  here, in one line, if it does not fit).
+- :meth:`FidelityRun.score` — per case, pure: generation → case record (:class:`PairScore`).
+- :meth:`FidelityRun.finish` — once, from the per-case records alone (so it works on the records
+  lm-eval gathers from every rank): summary, verdict, provenance, and the base reference. Every
+  side effect of a run happens here; a failure to write a reference is one warning, never lost
+  results. Calling it again returns the same conclusion and does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from lm_eval_toolfid.calibration import fit as calib
+from lm_eval_toolfid.cases.load import case_set_hash
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.core.records import MAX_TEXT, Case, PairScore, Summary
+from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
+from lm_eval_toolfid.pairing.identity import RunKey
+from lm_eval_toolfid.pairing.references import Reference, find_references, reference_dir, write_reference
+from lm_eval_toolfid.pairing.samples import reference_from_samples
+from lm_eval_toolfid.scoring.compare import pair
+from lm_eval_toolfid.scoring.metrics import summarize
+from lm_eval_toolfid.scoring.outcome import answer_text, score_generation
+from lm_eval_toolfid.scoring.verdict import NullComparison, Verdict, judge
+
+log = logging.getLogger("lm_eval.toolfid")
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """What a finished run concluded."""
+
+    summary: Summary
+    verdict: Verdict | None
+    """None for a base run (nothing to judge)."""
+    null: NullComparison | None = None
+
+    @property
+    def pass_value(self) -> float:
+        """``fidelity_pass``: 1.0 only for PASS (FAIL and UNDECIDED are 0.0; the label tells them apart)."""
+        return 1.0 if self.verdict is not None and self.verdict.passed is True else 0.0
+
+
+class FidelityRun:
+    """State of one run of the task: fixed at build, per-case records in, one conclusion out."""
+
+    def __init__(self, settings: TaskSettings, cases: dict[str, Case], task_names: tuple[str, ...] = ()) -> None:
+        self.settings = settings
+        self.cases = cases
+        self.case_set = case_set_hash(list(cases.values()))
+        self.task_names = task_names
+        self.key: RunKey | None = None
+        self.request_hashes: dict[str, str] = {}
+        self.references: list[Reference] = []
+        self.calibration: calib.Calibration | None = None
+        self.provenance: dict[str, Any] = {}
+        self._generations: dict[str, str] = {}
+        self._conclusion: Conclusion | None = None
+        self._resolved = False
+
+    # --- build time ----------------------------------------------------------------------
+
+    def resolve(self, key: RunKey | None, request_hashes: dict[str, str], scored_ids: list[str] | None = None) -> None:
+        """Fix the run's identity and find what it pairs with, before any generation.
+
+        ``scored_ids``: the cases this run will score (default: all). References pair only when,
+        together, they hold every one of them — never a paired metric over a covered subset."""
+        if self._resolved:
+            return
+        self._resolved = True
+        self.key, self.request_hashes = key, dict(request_hashes)
+        s = self.settings
+        self.provenance.update(
+            case_set=self.case_set, n_cases_total=len(self.cases), prompt=s.prompt.fingerprint(),
+            adapter=s.adapter_path, adapter_mechanism=s.adapter[0] if s.adapter else None,
+            calibration=s.calibration, verdict_config=s.verdict.model_dump(),
+            run_key=key.as_dict() if key is not None else None,
+        )
+        if not s.is_adapter_run:
+            return
+        if s.base_samples:
+            ref = reference_from_samples(s.base_samples, key, self.task_names)
+            self.references = [ref]
+            self.provenance["pairing"] = f"base_samples: {ref.source}"
+        elif key is not None:
+            candidates = find_references(key, reference_dir(s.raw))
+            usable = []
+            for ref in candidates:
+                problem = ref.mismatch({cid: h for cid, h in request_hashes.items() if cid in ref.generations})
+                if problem:
+                    log.warning("tool_use_fidelity: base reference %s not used: %s", ref.source, problem)
+                else:
+                    usable.append(ref)
+            self.references = usable
+            if usable:
+                self.provenance["pairing"] = "reference store: " + ", ".join(r.source for r in usable)
+                log.info("tool_use_fidelity: paired with base reference %s", ", ".join(r.source for r in usable))
+        scored = list(scored_ids) if scored_ids is not None else list(self.cases)
+        covered = set().union(*(r.generations for r in self.references)) if self.references else set()
+        missing = [cid for cid in scored if cid not in covered]
+        if self.references and missing:
+            held = len(scored) - len(missing)
+            if s.base_samples:
+                raise ToolfidError(f"base_samples {s.base_samples} hold {held} of the {len(scored)} cases this run "
+                                   f"scores (e.g. not {missing[0]!r}): pass the samples of a base run of these cases")
+            self.references = []
+            self.provenance["pairing"] = (f"none: the stored base run covers {held} of the {len(scored)} cases this "
+                                          "run scores (run the base on at least these cases)")
+            log.warning("tool_use_fidelity: %s; reporting adapter metrics only (verdict UNDECIDED)",
+                        self.provenance["pairing"].removeprefix("none: "))
+        elif not self.references:
+            why = ("no base reference matches this base, case set, prompt and generation settings"
+                   if key is not None else "the run does not name its base model (no 'pretrained')")
+            self.provenance["pairing"] = f"none: {why}"
+            log.warning("tool_use_fidelity: %s; reporting adapter metrics only (verdict UNDECIDED). Run the same "
+                        "command without the adapter first, or pass --metadata '{\"base_samples\": PATH}'.", why)
+        if s.uses_calibration:
+            self.calibration = calib.load_calibration(s.calibration)
+            if key is None:
+                raise ToolfidError("calibration needs the base model's identity: pass pretrained= in model_args")
+            self.calibration.check_compatible(key, s.adapter_path)
+
+    # --- per case ------------------------------------------------------------------------
+
+    def _base_text(self, case_id: str) -> str | None:
+        want = self.request_hashes.get(case_id)
+        for ref in self.references:
+            if case_id in ref.generations and (not ref.prompt_hashes.get(case_id) or want is None
+                                               or ref.prompt_hashes[case_id] == want):
+                return ref.generations[case_id]
+        return None
+
+    def score(self, case_id: str, text: Any) -> PairScore:
+        """One case's record (the adapter's view, paired with the base's when a reference has it)."""
+        case = self.cases[case_id]
+        text = text if isinstance(text, str) else ("" if text is None else str(text))
+        text = answer_text(text, case)
+        self._generations[case_id] = text
+        opts = {"task_allowed": self.settings.allowed_tools,
+                "string_arguments_valid": self.settings.string_arguments == "valid"}
+        ft = score_generation(text, case, **opts)
+        base_text = self._base_text(case_id) if self.settings.is_adapter_run else None
+        if base_text is not None:
+            base_text = answer_text(base_text, case)
+        base = score_generation(base_text, case, **opts) if base_text is not None else None
+        record = pair(case, ft, base, text, base_text)
+        return record.model_copy(update={"request_hash": self.request_hashes.get(case_id)})
+
+    # --- once, at the end ----------------------------------------------------------------
+
+    def finish(self, records: list[Any]) -> Conclusion:
+        """Summary, verdict, provenance and (base run) reference, from the per-case records."""
+        if self._conclusion is not None:
+            return self._conclusion
+        pairs = [r if isinstance(r, PairScore) else PairScore.model_validate(r) for r in records]
+        summary = summarize(pairs)
+        null = verdict = None
+        if self.settings.is_adapter_run:
+            if summary.n and not summary.paired and self.references:  # a case scored that build did not foresee
+                covered = sum(p.base is not None for p in pairs)
+                self.provenance["pairing"] = (f"none: the stored base run covers {covered} of the {summary.n} "
+                                              "cases this run scores (run the base on at least these cases)")
+            if self.calibration is not None:
+                null = self.calibration.compare(summary, self.settings.verdict)
+                self.provenance["null"] = null.model_dump()  # z, rank p over the nulls, K, notes
+                self.provenance["z_profile"] = self.calibration.z_profile(summary.json_valid_rate,
+                                                                          n=summary.n_relevant or None)
+            verdict = judge(summary, self.settings.verdict, null)
+            self.provenance["verdict"] = verdict.as_record()
+            log.warning("tool_use_fidelity verdict: %s — %s%s", verdict.label, verdict.reason,
+                        f" [{'; '.join(verdict.notes)}]" if verdict.notes else "")
+        else:
+            self._store_reference(pairs)
+        self.provenance.update(
+            n_cases=summary.n,
+            outcome_counts=summary.outcome_counts,
+            summary=summary.model_dump(mode="json", exclude={"outcome_counts"}),
+        )
+        self._conclusion = Conclusion(summary=summary, verdict=verdict, null=null)
+        return self._conclusion
+
+    def _store_reference(self, pairs: list[PairScore]) -> None:
+        s = self.settings
+        why_not = None
+        if not s.write_reference:
+            why_not = "write_reference is false"
+        elif self.key is None:
+            why_not = "the run does not name its base model"
+        elif s.suspicious_adapter_keys:
+            why_not = (f"model args {', '.join(s.suspicious_adapter_keys)} look like an adapter this task does not "
+                       "know: not treated as a base run")
+        elif int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0) != 0:
+            why_not = "not rank 0"
+        elif not pairs:
+            why_not = "no case scored"
+        if why_not:
+            self.provenance["reference_not_written"] = why_not
+            if why_not not in ("write_reference is false", "not rank 0"):
+                log.warning("tool_use_fidelity: base reference not written: %s", why_not)
+            return
+        assert self.key is not None
+        ids = [p.case_id for p in pairs]
+        generations = {p.case_id: self._generations.get(p.case_id, p.ft.text or "") for p in pairs}
+        truncated = {cid for cid in ids if cid not in self._generations}
+        hashes = {p.case_id: p.request_hash or self.request_hashes.get(p.case_id, "") for p in pairs}
+        full = set(ids) == set(self.cases)
+        try:
+            path = write_reference(self.key, hashes, generations, reference_dir(s.raw), full=full,
+                                   truncated={c for c in truncated if len(generations[c]) >= MAX_TEXT})
+        except OSError as exc:
+            self.provenance["reference_not_written"] = f"{type(exc).__name__}: {exc}"
+            log.warning("tool_use_fidelity: could not write the base reference (%s: %s); the results of this run "
+                        "are kept — set reference_dir to a writable folder to pair adapter runs with it",
+                        type(exc).__name__, exc)
+            return
+        self.provenance["reference_written"] = str(path)
+        self.provenance["reference_subset"] = not full
+        log.info("tool_use_fidelity: wrote base reference %s (%d cases%s)", path, len(ids),
+                 "" if full else ", a subset")

@@ -1,0 +1,97 @@
+"""The task's settings, read from lm-eval's merged ``config.metadata``.
+
+lm-eval merges the YAML ``metadata``, ``--model_args`` and ``--metadata`` into one dict; this
+module picks out what the task understands and validates it, so a typo'd value is a one-line
+error instead of a silent default. Everything else in that dict is a model argument.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.pairing.identity import adapter_of, suspicious_keys
+from lm_eval_toolfid.prompts.settings import PromptSettings
+from lm_eval_toolfid.scoring.verdict import VerdictConfig
+
+SETTING_KEYS = ("cases", "demos", "allowed_tools", "base_samples", "calibration", "write_reference",
+                "string_arguments", "backend", "prompt_style", "prompt_template", "system_prompt",
+                "chat_template")
+OTHER_TASK_KEYS = {"reference_dir", "version", "toolfid"}
+"""Keys the task (or lm-eval's YAML) owns that are not model arguments."""
+
+
+class TaskSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    cases: str = "default"
+    demos: int = Field(default=2, ge=0, le=8)
+    allowed_tools: list[str] | None = None
+    base_samples: str | None = None
+    calibration: str | None = None
+    write_reference: bool = True
+    string_arguments: Literal["valid", "invalid"] = "valid"
+    """Whether OpenAI-style string-encoded arguments (decoded and flagged) count as valid."""
+    backend: str | None = None
+    """The lm-eval model backend (``hf``, ``vllm``…); detected when not given."""
+    prompt_style: Literal["plain", "chat", "raw"] = "plain"
+    prompt_template: Literal["plain-v1", "plain-v2", "plain-v3"] = "plain-v1"
+    """Plain style only: how tools are shown (see :mod:`lm_eval_toolfid.prompts.plain`)."""
+    system_prompt: str | None = None
+    chat_template: str | None = None
+    verdict: VerdictConfig = VerdictConfig()
+    model_args: dict[str, Any] = Field(default_factory=dict)
+    raw: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("allowed_tools", mode="before")
+    @classmethod
+    def _list_from_string(cls, value: Any) -> Any:
+        if isinstance(value, str):  # from --model_args/--metadata strings: JSON list or comma-separated
+            value = value.strip()
+            return json.loads(value) if value.startswith("[") else [v for v in value.split(",") if v]
+        return value
+
+    @classmethod
+    def from_metadata(cls, metadata: dict[str, Any]) -> TaskSettings:
+        known = {k: metadata[k] for k in SETTING_KEYS if metadata.get(k) is not None}
+        task_keys = set(SETTING_KEYS) | OTHER_TASK_KEYS | set(VerdictConfig.model_fields)
+        model_args = {k: v for k, v in metadata.items() if k not in task_keys}
+        try:
+            return cls(**known, verdict=VerdictConfig.from_metadata(metadata), model_args=model_args,
+                       raw=dict(metadata))
+        except (ValidationError, ValueError) as exc:
+            first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
+            where = ".".join(str(p) for p in first["loc"])
+            raise ToolfidError(f"bad task setting {where}: {first['msg']}") from None
+
+    @property
+    def prompt(self) -> PromptSettings:
+        """Plain/raw settings; the chat style's template hash is added by :class:`prompting.Prompter`."""
+        return PromptSettings(demos=self.demos, style=self.prompt_style,
+                              template=self.prompt_template if self.prompt_style == "plain" else "plain-v1",
+                              system_prompt=self.system_prompt if self.prompt_style == "chat" else None)
+
+    @property
+    def adapter(self) -> tuple[str, str] | None:
+        """``(mechanism, path)`` of the adapter this run attaches (peft, delta, vLLM LoRA…), or None."""
+        return adapter_of(self.model_args)
+
+    @property
+    def adapter_path(self) -> str | None:
+        return self.adapter[1] if self.adapter else None
+
+    @property
+    def is_adapter_run(self) -> bool:
+        return self.adapter is not None
+
+    @property
+    def suspicious_adapter_keys(self) -> list[str]:
+        return suspicious_keys(self.model_args, set())
+
+    @property
+    def uses_calibration(self) -> bool:
+        """z-scores apply to adapter runs; a base run given a calibration ignores it."""
+        return bool(self.calibration) and self.is_adapter_run

@@ -1,0 +1,249 @@
+"""The ``tool_use_fidelity`` lm-eval task: thin glue around :class:`FidelityRun`.
+
+lm-eval builds the requests (→ :meth:`FidelityRun.resolve`, before generation), calls
+``process_results`` per case (→ :meth:`FidelityRun.score`, whose record and per-metric items are
+returned), and aggregates each metric. Every metric's aggregation is the scoring core's; the
+case records travel under one key (``fidelity_pass`` in adapter runs, ``cases_scored`` in base
+runs), whose aggregation is the run's one finish step.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from functools import cached_property
+from typing import Any, Callable
+
+import datasets
+from lm_eval.api.metrics import mean
+from lm_eval.api.task import ConfigurableTask
+
+from lm_eval_toolfid.cases.load import load_cases
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.core.records import Case
+from lm_eval_toolfid.integrations.lm_eval.fidelity_run import FidelityRun
+from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
+from lm_eval_toolfid.pairing.identity import RunKey, base_identity, canonical, request_hash
+from lm_eval_toolfid.prompts.plain import render_call
+from lm_eval_toolfid.prompts.prompter import Prompter
+from lm_eval_toolfid.scoring.metrics import METRICS, case_items
+
+log = logging.getLogger("lm_eval.toolfid")
+
+BACKENDS = {"HFLM": "hf", "VLLM": "vllm", "SGLangLM": "sglang", "HFMultimodalLM": "hf-multimodal"}
+LM_EVAL_REQUEST_KEYS = ("system_instruction", "apply_chat_template", "fewshot_as_multiturn", "tokenizer_name")
+
+
+class _ExpectedUnevenCounts(logging.Filter):
+    """Our metrics leave out cases outside their denominator (e.g. hallucination_rate counts valid
+    calls only), so lm-eval's "Metrics were not scored on the same number of documents" warning is
+    expected for these tasks — and harmless, as they form no groups. Drop it for our tasks only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("[tool_use_fidelity") and "not scored on the same number" in message)
+
+
+logging.getLogger("lm_eval.evaluator_utils").addFilter(_ExpectedUnevenCounts())
+
+
+def _fail(exc: ToolfidError) -> SystemExit:
+    """Inside lm-eval a user error ends the run with one line, not a traceback."""
+    return SystemExit(f"tool_use_fidelity: {exc}")
+
+
+def backend_name(model: Any) -> str:
+    """A registry name as given (``hf``, ``vllm``), or the backend of an LM object: a subclass such
+    as ``ToolfidHFLM`` (what ``toolfid run`` loads) is its base class's backend, so in-process and
+    CLI runs of one base share a pairing key."""
+    if isinstance(model, str):
+        return model
+    for cls in type(model).__mro__:
+        if cls.__name__ in BACKENDS:
+            return BACKENDS[cls.__name__]
+    return type(model).__name__.lower()
+
+
+def detect_backend() -> str:
+    """The lm-eval backend running this task: the ``model`` given to ``simple_evaluate`` (a registry
+    name such as ``hf``/``vllm``, or an LM object), found on the call stack; ``unknown`` otherwise."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "simple_evaluate" and "model" in frame.f_locals:
+            return backend_name(frame.f_locals["model"])
+        frame = frame.f_back
+    return "unknown"
+
+
+class ToolUseFidelityTask(ConfigurableTask):
+    """Generates the call(s) for each case and scores them against the tools' JSON schemas."""
+
+    def __init__(self, config: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        config = {k: v for k, v in (config or {}).items() if k != "class"}
+        try:
+            self.settings = TaskSettings.from_metadata(config.get("metadata") or {})
+        except ToolfidError as exc:
+            raise _fail(exc) from None
+        self.backend = self.settings.backend or detect_backend()
+        super().__init__(config=config, **kwargs)
+
+    # --- docs and prompts ------------------------------------------------------------------
+
+    def download(self, dataset_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        try:
+            self.cases: dict[str, Case] = {c.id: c for c in load_cases(self.settings.cases)}
+        except ToolfidError as exc:
+            raise _fail(exc) from None
+        # expected_calls: how many calls answer the case; a backend that stops generating at the end
+        # of the first call (ToolfidHFLM) does so only when every request in its batch expects <= 1
+        rows = [{"id": c.id, "prompt": c.prompt, "gold_tool_name": c.gold_tool_name or "",
+                 "expected_calls": len(c.expected_calls)} for c in self.cases.values()]
+        self.dataset = datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+        self.run = FidelityRun(self.settings, self.cases, task_names=(str(self.config.task),))
+
+    def has_training_docs(self) -> bool:
+        return False
+
+    def has_validation_docs(self) -> bool:
+        return False
+
+    def has_test_docs(self) -> bool:
+        return True
+
+    def test_docs(self) -> datasets.Dataset:
+        return self.dataset["test"]
+
+    def case_of(self, doc: dict[str, Any]) -> Case:
+        return self.cases[str(doc["id"])]
+
+    @cached_property
+    def prompter(self) -> Prompter:
+        """The prompt style (plain/chat/raw); the chat style loads the model's chat template once."""
+        try:
+            return Prompter(self.settings.prompt_style, self.settings.demos, self.settings.system_prompt,
+                            self.settings.model_args, self.settings.chat_template,
+                            template=self.settings.prompt_template, cases=list(self.cases.values()))
+        except ToolfidError as exc:
+            raise _fail(exc) from None
+
+    def prompt_for(self, case: Case) -> str:
+        """The prompt text of a case: what ``doc_to_text`` returns and what the request hash covers."""
+        try:
+            return self.prompter.render(case)
+        except ToolfidError as exc:
+            raise _fail(exc) from None
+
+    def doc_to_text(self, doc: dict[str, Any], doc_to_text: Any = None) -> str:
+        return self.prompt_for(self.case_of(doc))
+
+    def fewshot_context(self, doc: dict[str, Any], num_fewshot: int, *args: Any, **kwargs: Any) -> Any:
+        """The chat style renders the model's template itself (with per-case tools); lm-eval's
+        ``--apply_chat_template`` would wrap that text in the template a second time, so for this
+        style the task's rendering wins and lm-eval's is skipped (said once, as a warning)."""
+        if self.settings.prompt_style == "chat":
+            if kwargs.get("apply_chat_template") and not getattr(self, "_warned_double_template", False):
+                self._warned_double_template = True
+                log.warning("tool_use_fidelity: prompt_style chat renders the chat template itself, with each "
+                            "case's tools; lm-eval's --apply_chat_template is ignored for this task (it passes "
+                            "no tools and would wrap the rendered prompt a second time)")
+            if kwargs.get("system_instruction") and not getattr(self, "_warned_system_instruction", False):
+                self._warned_system_instruction = True
+                log.warning("tool_use_fidelity: prompt_style chat does not use lm-eval's --system_instruction; "
+                            "pass --metadata '{\"system_prompt\": ...}' instead")
+            return self.doc_to_text(doc)
+        return super().fewshot_context(doc, num_fewshot, *args, **kwargs)
+
+    def doc_to_target(self, doc: dict[str, Any], doc_to_target: Any = None) -> str:
+        case = self.case_of(doc)
+        if case.irrelevant:
+            return ""
+        if case.gold_arguments is not None:
+            return render_call(case.gold_tool_name, case.gold_arguments)
+        return case.gold_tool_name or ""
+
+    def gen_kwargs_for(self, case: Case) -> dict[str, Any]:
+        """The generation settings one case is generated with."""
+        gen = dict(self.config.generation_kwargs or {})
+        if case.max_new_tokens is not None:
+            gen["max_gen_toks"] = case.max_new_tokens
+        return gen
+
+    # --- build: identity and pairing, before any generation --------------------------------
+
+    def build_all_requests(self, **kwargs: Any) -> None:
+        lm_requests = {k: kwargs.get(k) for k in LM_EVAL_REQUEST_KEYS if kwargs.get(k) not in (None, False, "")}
+        if not lm_requests.get("apply_chat_template"):  # these act only through lm-eval's chat template
+            lm_requests = {k: v for k, v in lm_requests.items() if k not in ("fewshot_as_multiturn", "tokenizer_name")}
+        if self.settings.prompt_style == "chat":  # the task renders the template; lm-eval's wrapping is skipped
+            lm_requests = {k: v for k, v in lm_requests.items()
+                           if k not in ("apply_chat_template", "system_instruction", "fewshot_as_multiturn",
+                                        "tokenizer_name")}
+        # every case this run will score (all ranks): lm-eval's own iterator with its limit/samples
+        scored = [str(doc["id"]) for _, doc in self.doc_iterator(rank=0, world_size=1, limit=kwargs.get("limit"),
+                                                                 samples=kwargs.get("samples"))]
+        try:
+            self.run.resolve(self._run_key(lm_requests), scored_ids=scored, request_hashes={
+                cid: request_hash(self.prompt_for(case),
+                                  {**self.gen_kwargs_for(case), **({"lm_eval": lm_requests} if lm_requests else {})})
+                for cid, case in self.cases.items()})
+        except ToolfidError as exc:
+            raise _fail(exc) from None
+        self.run.provenance.update(prompt=self.prompter.settings.fingerprint(), **self.prompter.provenance())
+        super().build_all_requests(**kwargs)
+
+    def _run_key(self, lm_requests: dict[str, Any]) -> RunKey | None:
+        if not self.settings.model_args.get("pretrained"):
+            log.warning("tool_use_fidelity: no 'pretrained' in model_args/metadata: cannot pair or store a reference")
+            return None
+        generation = json.loads(canonical(dict(self.config.generation_kwargs or {})))
+        if lm_requests:
+            generation["lm_eval"] = json.loads(canonical(lm_requests))
+        return RunKey(base=base_identity(self.settings.model_args, self.backend), case_set=self.run.case_set,
+                      prompt=self.prompter.settings.fingerprint(), generation=generation)
+
+    def construct_requests(self, doc: dict[str, Any], ctx: Any, **kwargs: Any) -> Any:
+        instance = super().construct_requests(doc, ctx, **kwargs)
+        case = self.case_of(doc)
+        if case.max_new_tokens is not None:
+            instance.arguments[1]["max_gen_toks"] = case.max_new_tokens
+        return instance
+
+    # --- per case --------------------------------------------------------------------------
+
+    @property
+    def record_key(self) -> str:
+        return "fidelity_pass" if self.settings.is_adapter_run else "cases_scored"
+
+    def process_results(self, doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
+        text = results[0] if results else ""
+        text = text if isinstance(text, str) else ("" if text is None else str(text))
+        record = self.run.score(str(doc["id"]), self.prompter.answer(text))
+        items: dict[str, Any] = case_items(record)
+        if self.run.calibration is not None and record.relevant:
+            items["json_valid_z"] = int(record.ft.valid)
+        items[self.record_key] = record.model_dump(mode="json")
+        return items
+
+    # --- aggregation -----------------------------------------------------------------------
+
+    def _finish(self, records: list[dict[str, Any]]) -> float:
+        conclusion = self.run.finish(records)
+        if isinstance(self.config.metadata, dict):
+            self.config.metadata["toolfid"] = self.run.provenance
+        return conclusion.pass_value if self.settings.is_adapter_run else float(conclusion.summary.n)
+
+    def _z(self, items: list[int]) -> float:
+        assert self.run.calibration is not None
+        return self.run.calibration.z(mean(items), n=len(items))
+
+    def aggregation(self) -> dict[str, Callable[[list[Any]], Any]]:
+        aggs: dict[str, Callable[[list[Any]], Any]] = {
+            m.name: (mean if m.kind == "rate" else m.aggregate) for m in METRICS}
+        aggs[self.record_key] = self._finish
+        aggs["json_valid_z"] = self._z
+        return aggs
+
+    def higher_is_better(self) -> dict[str, bool]:
+        return {**{m.name: m.higher_is_better for m in METRICS}, "fidelity_pass": True, "cases_scored": True,
+                "json_valid_z": True}

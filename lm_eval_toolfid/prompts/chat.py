@@ -1,0 +1,179 @@
+"""The ``chat`` prompt style: the model's own chat template, rendered by the task with per-case tools.
+
+lm-eval's ``--apply_chat_template`` cannot pass tools per case, so the task renders the template
+itself: ``tokenizer.apply_chat_template(messages, tools=[...], add_generation_prompt=True,
+tokenize=False)``. Some templates ignore ``tools`` (SmolLM2's does): that is detected once, by
+rendering a probe conversation with and without a probe tool, and then the tool specs go into a
+system message instead (or, for a template that refuses a system role, in front of the user turn).
+Where the tools went is recorded as ``chat_tools_in``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.core.records import Case, ToolSpec
+
+log = logging.getLogger("lm_eval.toolfid")
+
+TOOLS_IN_TEMPLATE = "template"
+TOOLS_IN_SYSTEM = "system"
+TOOLS_IN_USER = "user"
+
+CHAT_TOOLS_INSTRUCTION = (
+    "Answer the user's request with a tool call: a JSON object "
+    '{"name": <tool name>, "arguments": {<parameter>: <value>}} whose arguments follow the tool\'s '
+    "parameter schema (a JSON list of such objects for several calls). Use only these tools."
+)
+
+_PROBE_TOOL = ToolSpec(name="toolfid_probe_tool_7f3a", description="probe",
+                       parameters={"type": "object", "properties": {"x": {"type": "string"}}})
+
+
+def template_spec(tool: ToolSpec) -> dict[str, Any]:
+    """The wrapped OpenAI form chat templates expect in ``tools=``."""
+    return {"type": "function", "function": tool.for_prompt()}
+
+
+def template_sha(template: str | None) -> str | None:
+    return hashlib.sha256(template.encode("utf-8")).hexdigest() if template else None
+
+
+def native_call(name: str, arguments: dict[str, Any], template: str) -> str:
+    """A call as the template's own format writes it, for chat demonstrations.
+
+    Hermes/Qwen-style templates (they mention ``<tool_call>``) wrap the JSON in ``<tool_call>``
+    tags; anything else gets the bare JSON object.
+    """
+    body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    if "<tool_call>" in template:
+        return f"<tool_call>\n{body}\n</tool_call>"
+    return body
+
+
+def system_tools_text(tools: list[ToolSpec], system_prompt: str | None) -> str:
+    """The system message that carries the tools for a template that ignores ``tools=``."""
+    specs = "[\n" + ",\n".join(json.dumps(t.for_prompt(), ensure_ascii=False) for t in tools) + "\n]"
+    head = f"{system_prompt}\n\n" if system_prompt else ""
+    return f"{head}You can call these tools (JSON Schema parameter specs):\n{specs}\n\n{CHAT_TOOLS_INSTRUCTION}"
+
+
+def load_tokenizer(model_args: dict[str, Any]) -> Any:
+    """The tokenizer named by the model args (``tokenizer``, else ``pretrained``): local folder or
+    offline hub cache only, never the network."""
+    source = model_args.get("tokenizer") or model_args.get("pretrained")
+    if not source:
+        raise ToolfidError("prompt_style chat needs the model's tokenizer: pass pretrained= (or tokenizer=) "
+                           "in --model_args")
+    from transformers import AutoTokenizer
+
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if model_args.get("revision") and not model_args.get("tokenizer"):
+        kwargs["revision"] = str(model_args["revision"])
+    if str(model_args.get("trust_remote_code", "")).lower() == "true":
+        kwargs["trust_remote_code"] = True
+    try:
+        return AutoTokenizer.from_pretrained(str(source), **kwargs)
+    except Exception as exc:  # noqa: BLE001 - any load failure is one user-facing line
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise ToolfidError(f"prompt_style chat: cannot load the tokenizer {source} from a local folder or the "
+                           f"offline hub cache ({first}); download it first or use prompt_style plain") from None
+
+
+class ChatPrompter:
+    """Renders cases through one tokenizer's chat template."""
+
+    def __init__(self, tokenizer: Any, source: str = "") -> None:
+        template = getattr(tokenizer, "chat_template", None)
+        if isinstance(template, dict):  # several named templates: the default one renders
+            template = template.get("default") or next(iter(template.values()), None)
+        if not template:
+            raise ToolfidError(f"prompt_style chat: the tokenizer {source or ''} has no chat template; use "
+                               "prompt_style plain or raw, or pass a chat model's tokenizer= in --model_args")
+        self.tokenizer = tokenizer
+        self.template: str = template
+        self.source = source
+        self.sha = template_sha(template)
+        self.tools_in = self._detect_tools_in()
+        if self.tools_in != TOOLS_IN_TEMPLATE:
+            log.warning("tool_use_fidelity: the chat template of %s ignores tools=; the tool specs go in a %s "
+                        "message instead (chat_tools_in=%s)", source or "this tokenizer",
+                        self.tools_in, self.tools_in)
+
+    @classmethod
+    def from_model_args(cls, model_args: dict[str, Any], template_file: str | None = None) -> ChatPrompter:
+        """The model's tokenizer; ``template_file`` (a Jinja file) replaces its chat template."""
+        tok = load_tokenizer(model_args)
+        source = str(model_args.get("tokenizer") or model_args.get("pretrained"))
+        if template_file:
+            path = Path(template_file).expanduser()
+            try:
+                tok.chat_template = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ToolfidError(f"chat_template {path}: cannot read the Jinja file ({exc})") from None
+            source = f"{source} with chat_template {path}"
+        return cls(tok, source)
+
+    def _apply(self, messages: list[dict[str, str]], tools: list[ToolSpec] | None) -> str:
+        kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": False}
+        if tools:
+            kwargs["tools"] = [template_spec(t) for t in tools]
+        text = self.tokenizer.apply_chat_template(messages, **kwargs)
+        if not isinstance(text, str):  # some tokenizers return a list for a batch of one
+            text = text[0] if isinstance(text, list) and text and isinstance(text[0], str) else str(text)
+        return text
+
+    def _detect_tools_in(self) -> str:
+        probe = [{"role": "user", "content": "probe request"}]
+        try:
+            with_tools = self._apply(probe, [_PROBE_TOOL])
+        except Exception:  # noqa: BLE001 - a template that chokes on tools= ignores them for our purposes
+            with_tools = None
+        plain = self._render_or_fail(probe, None)
+        if with_tools is not None and with_tools != plain and _PROBE_TOOL.name in with_tools:
+            return TOOLS_IN_TEMPLATE
+        try:
+            self._apply([{"role": "system", "content": "probe system"}, *probe], None)
+        except Exception:  # noqa: BLE001 - e.g. "System role not supported"
+            return TOOLS_IN_USER
+        return TOOLS_IN_SYSTEM
+
+    def _render_or_fail(self, messages: list[dict[str, str]], tools: list[ToolSpec] | None) -> str:
+        try:
+            return self._apply(messages, tools)
+        except Exception as exc:  # noqa: BLE001
+            msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise ToolfidError(f"prompt_style chat: the chat template of {self.source or 'the tokenizer'} "
+                               f"failed to render: {msg}") from None
+
+    def messages(self, case: Case, demos: list[tuple[list[ToolSpec], str, dict[str, Any]]],
+                 system_prompt: str | None) -> tuple[list[dict[str, str]], list[ToolSpec]]:
+        """The conversation and the tools shown for one case (demo tools follow the case's)."""
+        tools = list(case.tools)
+        for demo_tools, _, _ in demos:
+            tools += [t for t in demo_tools if t.name not in {x.name for x in tools}]
+        turns: list[dict[str, str]] = []
+        for _, request, call in demos:
+            turns.append({"role": "user", "content": request})
+            turns.append({"role": "assistant",
+                          "content": native_call(call["name"], call["arguments"], self.template)})
+        turns.append({"role": "user", "content": case.prompt})
+        if self.tools_in == TOOLS_IN_TEMPLATE:
+            head = [{"role": "system", "content": system_prompt}] if system_prompt else []
+            return head + turns, tools
+        block = system_tools_text(tools, system_prompt)
+        if self.tools_in == TOOLS_IN_SYSTEM:
+            return [{"role": "system", "content": block}, *turns], []
+        first = dict(turns[0])
+        first["content"] = f"{block}\n\n{first['content']}"
+        return [first, *turns[1:]], []
+
+    def render(self, case: Case, demos: list[tuple[list[ToolSpec], str, dict[str, Any]]],
+               system_prompt: str | None = None) -> str:
+        messages, tools = self.messages(case, demos, system_prompt)
+        return self._render_or_fail(messages, tools or None)

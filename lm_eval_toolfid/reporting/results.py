@@ -1,0 +1,121 @@
+"""Reading lm-eval results back and printing the verdict table."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.scoring.verdict import label_of
+
+
+@dataclass
+class RunRow:
+    """What the verdict table shows for one run (one adapter)."""
+
+    label: str
+    task: str
+    metrics: dict[str, float]
+    toolfid: dict[str, Any]
+
+    def metric(self, name: str) -> float | None:
+        value = self.metrics.get(name)
+        return value if isinstance(value, (int, float)) else None
+
+    @property
+    def verdict(self) -> dict[str, Any] | None:
+        return self.toolfid.get("verdict")
+
+
+def row_from_results(results: dict[str, Any], label: str, task: str | None = None) -> RunRow:
+    """Pull one task's metrics and toolfid provenance out of an lm-eval results dict."""
+    tasks = [t for t in results.get("results", {}) if t.startswith("tool_use_fidelity")]
+    if task is None:
+        if not tasks:
+            raise ToolfidError(f"{label}: no tool_use_fidelity results in this file")
+        task = tasks[0]
+    raw = results.get("results", {}).get(task)
+    if raw is None:
+        raise ToolfidError(f"{label}: results have no task {task!r}")
+    metrics = {k.split(",")[0]: v for k, v in raw.items() if "," in k and "_stderr" not in k}
+    meta = (results.get("configs", {}).get(task, {}) or {}).get("metadata", {}) or {}
+    return RunRow(label=label, task=task, metrics=metrics, toolfid=meta.get("toolfid", {}) or {})
+
+
+def n_cases(results: dict[str, Any], row: RunRow) -> int:
+    """How many cases a run scored (lm-eval's effective sample count, else the task's own count)."""
+    counted = (results.get("n-samples", {}).get(row.task) or {}).get("effective")
+    return int(counted or row.toolfid.get("n_cases") or 0)
+
+
+def load_results(path: str | Path) -> dict[str, Any]:
+    """An lm-eval results JSON (a file, or the newest ``results_*.json`` in a folder).
+
+    Anything else is a one-line :class:`ToolfidError` naming the file: missing, not JSON, not
+    lm-eval results, or results without a ``tool_use_fidelity`` task.
+    """
+    p = Path(path).expanduser()
+    if p.is_dir():
+        found = sorted(p.rglob("results*.json"))
+        if not found:
+            raise ToolfidError(f"no results*.json under {p}; point at an lm_eval --output_path folder or file")
+        p = found[-1]
+    elif not p.exists():
+        raise ToolfidError(f"results file not found: {p}")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ToolfidError(f"cannot read lm-eval results {p}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ToolfidError(f"{p}: not an lm-eval results file (not UTF-8 text)") from None
+    try:
+        results = json.loads(text)
+    except ValueError as exc:
+        line = getattr(exc, "lineno", None)
+        raise ToolfidError(f"{p}{f':{line}' if line else ''}: not valid JSON ({getattr(exc, 'msg', exc)}); "
+                           f"is it a complete lm-eval results file?") from None
+    except RecursionError:
+        raise ToolfidError(f"{p}: JSON nests too deeply; not an lm-eval results file") from None
+    if not isinstance(results, dict) or not isinstance(results.get("results"), dict):
+        raise ToolfidError(f"{p}: not lm-eval results (no 'results' object); give a results_*.json from lm_eval")
+    if not any(str(t).startswith("tool_use_fidelity") for t in results["results"]):
+        tasks = ", ".join(sorted(map(str, results["results"]))[:5]) or "none"
+        raise ToolfidError(f"{p}: no tool_use_fidelity task in these results (tasks: {tasks}); "
+                           f"run lm_eval with --tasks tool_use_fidelity")
+    return results
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _reason(row: RunRow) -> str:
+    verdict = row.verdict
+    if not verdict:
+        return row.toolfid.get("pairing", "no base reference")
+    notes = verdict.get("notes", [])
+    return (verdict.get("reason") or "") + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def verdict_label(row: RunRow) -> str:
+    verdict = row.verdict
+    return verdict.get("label") or label_of(verdict.get("passed")) if verdict else "UNDECIDED"
+
+
+def format_table(rows: list[RunRow], base_valid: float | None = None) -> str:
+    """A plain-text verdict table, one line per adapter."""
+    head = ["adapter", "valid", "base", "delta", "p(McNemar)", "halluc", "arg-diff", "parse", "z", "verdict", "why"]
+    lines = []
+    for r in rows:
+        m = r.metric
+        lines.append([
+            r.label, _fmt(m("json_valid_rate")), _fmt(m("base_json_valid_rate") if m("base_json_valid_rate") is not None else base_valid),
+            _fmt(m("validity_delta"), "+.3f"), _fmt(m("validity_mcnemar_p"), ".2g"), _fmt(m("hallucination_rate")),
+            _fmt(m("arg_disagreement")), _fmt(m("parse_rate")), _fmt(m("json_valid_z"), "+.1f"),
+            verdict_label(r), _reason(r),
+        ])
+    widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
+    fmt_row = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt_row(head), fmt_row(["-" * w for w in widths]), *map(fmt_row, lines)])

@@ -1,0 +1,84 @@
+"""A saved view of ``toolfid run``: its lm-eval results, per-case samples (in lm-eval's samples
+shape) and a manifest of what it was computed from; ``--resume`` reuses a view only when its
+manifest matches."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lm_eval_toolfid.core.fsutil import atomic_write_json, atomic_write_text
+
+log = logging.getLogger("lm_eval.toolfid")
+
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "toolfid-view/1"
+
+@dataclass
+class ViewResult:
+    """One view's lm-eval results (``results`` is lm-eval's dict, samples split off)."""
+
+    label: str
+    adapter: str | None
+    results: dict[str, Any]
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    path: Path | None = None
+
+
+def view_manifest(base: str, adapter: str | None, task: str, metadata: dict[str, Any],
+                  model_args: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a saved view was computed from; ``--resume`` reuses a view only when all of it matches."""
+    from lm_eval_toolfid import __version__
+    from lm_eval_toolfid.pairing.identity import dir_fingerprint
+
+    def fingerprint(path: str | None) -> str | None:
+        if not path:
+            return None
+        p = Path(path).expanduser()
+        return dir_fingerprint(p) if p.exists() else None
+
+    return json.loads(json.dumps({
+        "format": MANIFEST_FORMAT,
+        "base": base, "base_fingerprint": fingerprint(base),
+        "adapter": adapter, "adapter_fingerprint": fingerprint(adapter),
+        "task": task, "settings": metadata,
+        "model_args": {k: v for k, v in (model_args or {}).items() if k != "pretrained"},
+        "toolfid_version": __version__,
+    }, sort_keys=True, default=str))
+
+
+def save_view(view: ViewResult, out_dir: Path, manifest: dict[str, Any] | None = None) -> Path:
+    """Write a view's results and samples at once, so nothing is lost if a later view fails.
+
+    The manifest is written last: a view folder with a manifest is complete.
+    """
+    folder = out_dir / view.label
+    atomic_write_text(folder / "samples.jsonl", "".join(
+        json.dumps(sample, default=str, ensure_ascii=False) + "\n" for sample in view.samples))
+    atomic_write_json(folder / "results.json", view.results)
+    if manifest is not None:
+        atomic_write_json(folder / MANIFEST, manifest)
+    return folder / "results.json"
+
+
+def load_saved_view(out_dir: Path, label: str, manifest: dict[str, Any]) -> ViewResult | None:
+    """A finished view from an earlier run with the same manifest, else None (it must be run again)."""
+    folder = out_dir / label
+    try:
+        saved = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if saved != manifest or not isinstance(results, dict) or not (folder / "samples.jsonl").is_file():
+        return None
+    if manifest.get("adapter") is None:  # adapter views pair with the reference this base view stored
+        written = None
+        for cfg in (results.get("configs") or {}).values():
+            written = ((cfg or {}).get("metadata") or {}).get("toolfid", {}).get("reference_written") or written
+        if not written or not Path(written).is_file():
+            return None
+    return ViewResult(label=label, adapter=manifest.get("adapter"), results=results, path=folder / "results.json")

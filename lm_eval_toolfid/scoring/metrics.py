@@ -1,0 +1,209 @@
+"""Every metric, defined once: a per-case *item* plus an *aggregation* (:data:`METRICS`).
+
+A metric's item is what one case contributes (None when the case is not in its denominator).
+lm-eval receives exactly these items and aggregations; :func:`summarize` applies the same two
+functions for ``toolfid run``, ``score``, ``check`` and the reports.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+from lm_eval_toolfid.core.records import Outcome, PairScore, Summary
+from lm_eval_toolfid.core.stats import difference_ci, mcnemar_exact_p, mean_defined, paired_difference_ci
+
+
+def rate(items: Sequence[Any]) -> float | None:
+    """Mean of the 0/1 (or [0, 1]) items; None when there are none."""
+    return mean_defined(items)
+
+
+def ratio(items: Sequence[Sequence[int]]) -> float | None:
+    """Σ numerators / Σ denominators of ``[k, n]`` items; None when Σ n = 0."""
+    k = sum(i[0] for i in items)
+    n = sum(i[1] for i in items)
+    return k / n if n else None
+
+
+def delta_of_rates(items: Sequence[Sequence[int | None]]) -> float | None:
+    """rate(adapter) − rate(base) over ``[adapter, base]`` items (each 0/1/None, own denominators)."""
+    ft = mean_defined([i[0] for i in items])
+    base = mean_defined([i[1] for i in items])
+    if ft is None and base is None:
+        return None
+    return (ft or 0.0) - (base or 0.0)
+
+
+def mcnemar(items: Sequence[int]) -> float:
+    return mcnemar_exact_p(items)
+
+
+def _named(o: Outcome) -> list[Any] | None:
+    named = [c for c in o.calls if c.hallucinated is not None]
+    return [sum(bool(c.hallucinated) for c in named), len(named)] if named else None
+
+
+def _valid(p: PairScore, o: Outcome | None) -> int | None:
+    return int(o.valid) if o is not None and p.relevant else None
+
+
+def _parsed(p: PairScore, o: Outcome | None) -> int | None:
+    return int(o.kind.parsed) if o is not None and p.relevant else None
+
+
+def _halluc(o: Outcome | None) -> int | None:
+    return int(bool(o.hallucinated)) if o is not None and o.valid else None
+
+
+def _opt(value: bool | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _false_call(p: PairScore, o: Outcome | None) -> int | None:
+    return int(o.attempted) if o is not None and not p.relevant else None
+
+
+def _both(item: Callable[[PairScore, Outcome | None], Any]) -> Callable[[PairScore], Any]:
+    def both(p: PairScore) -> Any:
+        if p.base is None:
+            return None
+        ft, base = item(p, p.ft), item(p, p.base)
+        return None if ft is None and base is None else [ft, base]
+    return both
+
+
+def _tool_choice_change(p: PairScore) -> int | None:
+    if p.base is None:
+        return None
+    views = (p.ft, p.base)
+    if not all(o.calls and all(c.offered for c in o.calls) for o in views):
+        return None
+    return int(Counter(c.name for c in p.ft.calls) != Counter(c.name for c in p.base.calls))
+
+
+def _format_drift(p: PairScore) -> int | None:
+    if p.base is None or not (p.ft.kind.parsed and p.base.kind.parsed):
+        return None
+    return int(p.ft.surface != p.base.surface)
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    item: Callable[[PairScore], Any]
+    aggregate: Callable[[Sequence[Any]], float | None]
+    higher_is_better: bool
+    paired: bool
+    kind: str
+    """``rate``: mean of 0/1 items (lm-eval reports its standard error); ``custom``: see aggregate."""
+    doc: str
+
+
+def _m(name: str, item: Callable[[PairScore], Any], higher: bool, paired: bool, doc: str,
+       aggregate: Callable[[Sequence[Any]], float | None] = rate, kind: str = "rate") -> Metric:
+    return Metric(name, item, aggregate, higher, paired, kind, doc)
+
+
+def _base(fn: Callable[[PairScore, Outcome | None], Any]) -> Callable[[PairScore], Any]:
+    return lambda p: fn(p, p.base) if p.base is not None else None
+
+
+METRICS: tuple[Metric, ...] = (
+    _m("json_valid_rate", lambda p: _valid(p, p.ft), True, False,
+       "cases (expecting a call) whose calls are all well-formed and schema-valid"),
+    _m("parse_rate", lambda p: _parsed(p, p.ft), True, False, "cases (expecting a call) where a call was parsed"),
+    _m("hallucination_rate", lambda p: _halluc(p.ft), False, False,
+       "over valid cases: some call names a tool outside the declared surface (the original definition)"),
+    _m("name_hallucination_rate", lambda p: _named(p.ft), False, False,
+       "over every call that names a tool, valid or not: the name is outside the declared surface",
+       aggregate=ratio, kind="custom"),
+    _m("gold_tool_rate", lambda p: _opt(p.ft.gold_tool) if p.relevant else None, True, False,
+       "cases whose called tools are exactly the expected ones"),
+    _m("gold_args_match_rate", lambda p: _opt(p.ft.gold_args), True, False,
+       "cases with gold values: every expected call made with the expected values"),
+    _m("false_call_rate", lambda p: _false_call(p, p.ft), False, False,
+       "irrelevance cases: a call was attempted (a malformed attempt counts)"),
+    _m("base_json_valid_rate", _base(_valid), True, True, "the paired base's json_valid_rate"),
+    _m("base_parse_rate", _base(_parsed), True, True, "the paired base's parse_rate"),
+    _m("base_hallucination_rate", lambda p: _halluc(p.base), False, True, "the paired base's hallucination_rate"),
+    _m("base_name_hallucination_rate", lambda p: _named(p.base) if p.base is not None else None, False, True,
+       "the paired base's name_hallucination_rate", aggregate=ratio, kind="custom"),
+    _m("base_gold_tool_rate", lambda p: _opt(p.base.gold_tool) if p.base is not None and p.relevant else None,
+       True, True, "the paired base's gold_tool_rate"),
+    _m("base_gold_args_match_rate", lambda p: _opt(p.base.gold_args) if p.base is not None else None, True, True,
+       "the paired base's gold_args_match_rate"),
+    _m("base_false_call_rate", _base(_false_call), False, True, "the paired base's false_call_rate"),
+    _m("validity_delta", lambda p: p.validity_delta, True, True,
+       "mean over cases of (adapter valid − base valid); lm-eval's stderr is the paired standard error"),
+    _m("validity_mcnemar_p", lambda p: p.validity_delta, True, True,
+       "exact two-sided McNemar p-value of the validity change", aggregate=mcnemar, kind="custom"),
+    _m("arg_disagreement", lambda p: p.arg_disagreement, False, True,
+       "over cases where both views are valid: fraction of leaf fields (any depth, types kept apart) that differ"),
+    _m("hallucination_delta", _both(lambda p, o: _halluc(o)), False, True,
+       "hallucination_rate(adapter) − hallucination_rate(base), each over its own valid cases",
+       aggregate=delta_of_rates, kind="custom"),
+    _m("tool_choice_change_rate", _tool_choice_change, False, True,
+       "cases where both views call offered tools, but not the same ones"),
+    _m("identical_output_rate", lambda p: _opt(p.identical_output), True, True,
+       "cases whose adapter generation is byte-identical to the base's"),
+    _m("format_drift_rate", _format_drift, False, True,
+       "cases where both views made a call, in different surface formats"),
+    _m("false_call_delta", _both(_false_call), False, True,
+       "false_call_rate(adapter) − false_call_rate(base)", aggregate=delta_of_rates, kind="custom"),
+)
+METRIC_BY_NAME = {m.name: m for m in METRICS}
+
+
+def case_items(p: PairScore) -> dict[str, Any]:
+    """What one case contributes to each metric (metrics whose item is None are left out)."""
+    items = {}
+    for metric in METRICS:
+        if metric.paired and p.base is None:
+            continue
+        value = metric.item(p)
+        if value is not None:
+            items[metric.name] = value
+    return items
+
+
+def outcome_counts(outcomes: Iterable[Outcome]) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for o in outcomes:
+        counts[o.kind.value + (f":{o.keyword}" if o.keyword else "")] += 1
+    return dict(sorted(counts.items()))
+
+
+def summarize(pairs: Sequence[PairScore]) -> Summary:
+    """Aggregate scored pairs into the run's metrics — the same items and aggregations lm-eval uses."""
+    n = len(pairs)
+    paired = bool(n) and all(p.base is not None for p in pairs)
+    per_case = [case_items(p) for p in pairs]
+    metrics: dict[str, float | None] = {}
+    denominators: dict[str, int] = {}
+    for metric in METRICS:
+        if metric.paired and not paired:
+            continue
+        items = [c[metric.name] for c in per_case if metric.name in c]
+        metrics[metric.name] = metric.aggregate(items) if items else None
+        denominators[metric.name] = len(items)
+    fields: dict[str, Any] = {}
+    if paired:
+        relevant = [p for p in pairs if p.relevant]
+        deltas = [p.validity_delta for p in relevant]
+        base_valid = [int(p.base.valid) for p in relevant if p.base is not None]
+        ft_h = [x for x in (_halluc(p.ft) for p in pairs) if x is not None]
+        base_h = [x for x in (_halluc(p.base) for p in pairs) if x is not None]
+        fields.update(
+            validity_delta_ci=paired_difference_ci(deltas, base_valid),
+            hallucination_delta_ci=difference_ci(sum(ft_h), len(ft_h), sum(base_h), len(base_h)),
+            validity_discordant=(sum(1 for d in deltas if d is not None and d < 0),
+                                 sum(1 for d in deltas if d is not None and d > 0)),
+            base_outcome_counts=outcome_counts(p.base for p in pairs if p.base is not None),
+        )
+    return Summary(
+        n=n, n_relevant=sum(p.relevant for p in pairs), n_irrelevant=sum(not p.relevant for p in pairs),
+        metrics=metrics, denominators=denominators, outcome_counts=outcome_counts(p.ft for p in pairs),
+        paired=paired, **fields,
+    )

@@ -1,0 +1,228 @@
+"""The compound verdict: every gate must hold, and the data must be able to show a failure.
+
+Gates (each can be PASS, FAIL, or undecided):
+
+- **validity**: ``validity_delta`` (adapter − base) ≥ floor (default −0.05). Mode ``point`` (default,
+  the original rule) judges the point estimate; mode ``noninferiority`` passes only when the 95%
+  paired CI's lower bound is ≥ floor (fails when the point estimate is below it, else undecided).
+  Either way the text says whether a failure is statistically clear (the whole CI below the floor)
+  or within noise.
+- **hallucination**: ``hallucination_delta`` (adapter − base, each over its own valid calls) ≤ cap
+  (default 0.10) — the gate judges the adapter's *change*; ``hallucination_gate: absolute`` applies
+  the original rule ``hallucination_rate ≤ cap`` instead.
+- **false calls** (only with irrelevance cases): ``false_call_delta`` ≤ ``false_call_cap``.
+- **z** (only with a null calibration that is informative, i.e. random adapters of this size push
+  validity below the base by more than the floor): ``json_valid_z`` ≥ ``z_min``.
+
+A verdict must be earned: with no paired base, or when the base itself makes valid calls on fewer
+than ``min_base_validity`` of the cases (default 0.2 — below that, most cases cannot show a
+regression, because an adapter can only lose validity where the base had it), the verdict is
+UNDECIDED with the reason. An adapter whose every output equals the base's can never FAIL (the
+floor is ≤ 0 and the caps ≥ 0; non-inferiority that cannot be shown is UNDECIDED, not FAIL).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lm_eval_toolfid.core.records import Summary
+
+MIN_GATE_N = 20
+"""A gate on a rate with fewer items than this says its denominator is tiny."""
+
+
+class VerdictConfig(BaseModel):
+    """Thresholds of the compound rule (settable from the task YAML or ``--metadata``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    validity_delta_floor: float = Field(default=-0.05, ge=-1.0, le=0.0)
+    hallucination_cap: float = Field(default=0.10, ge=0.0, le=1.0)
+    false_call_cap: float = Field(default=0.10, ge=0.0, le=1.0)
+    z_min: float = 3.0
+    min_base_validity: float = Field(default=0.2, ge=0.0, le=1.0)
+    gate_mode: Literal["point", "noninferiority"] = "point"
+    hallucination_gate: Literal["delta", "absolute"] = "delta"
+
+    @classmethod
+    def from_metadata(cls, metadata: dict[str, Any]) -> VerdictConfig:
+        keys = cls.model_fields.keys()
+        return cls(**{k: metadata[k] for k in keys if metadata.get(k) is not None})
+
+
+class NullComparison(BaseModel):
+    """How the adapter's validity compares with the null (random-adapter) distribution."""
+
+    model_config = ConfigDict(frozen=True)
+
+    z: float
+    null_mean: float
+    null_std: float
+    informative: bool
+    null_validity_delta: float
+    rank_p: float | None = None
+    """Empirical rank p-value over the ×1 null runs: (1 + #{nulls with json_valid_rate ≥ the adapter's}) / (K + 1)."""
+    k: int = 0
+    """Number of ×1 null runs (the smallest possible rank_p is 1/(K + 1))."""
+    rank_note: str | None = None
+    """Why rank_p (or z) is weak: K too small for alpha, or a degenerate null."""
+    degenerate: bool = False
+    """All ×1 null runs scored the same (or K < 2): z rests on the binomial floor alone."""
+
+
+class Gate(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    value: float | None
+    threshold: float
+    op: Literal[">=", "<="]
+    passed: bool | None
+    """None: this gate cannot decide (makes the verdict UNDECIDED unless another gate fails)."""
+    note: str = ""
+    ci: tuple[float, float] | None = None
+    clear: bool | None = None
+    """For a failed gate: the whole 95% interval is on the failing side (statistically clear)."""
+
+    def describe(self) -> str:
+        value = "—" if self.value is None else f"{self.value:+.3f}"
+        bad_op = "<" if self.op == ">=" else ">"
+        ci = f", 95% CI [{self.ci[0]:+.3f}, {self.ci[1]:+.3f}]" if self.ci else ""
+        if self.passed is False:
+            how = "statistically clear" if self.clear else ("within noise" if self.clear is False else "")
+            return f"{self.name} {value} {bad_op} {self.threshold:+.3f}" + (f" ({how}{ci})" if how or ci else "")
+        if self.passed is None:
+            return f"{self.name} {value}: {self.note}" if self.note else f"{self.name} undecided"
+        return f"{self.name} {value} {self.op} {self.threshold:+.3f}{ci}"
+
+
+class Verdict(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    passed: bool | None
+    """None when it cannot be decided (no paired base, a base too weak to show a failure, …)."""
+    gates: list[Gate]
+    notes: list[str] = Field(default_factory=list)
+    reason: str = ""
+    """One line: why PASS, FAIL or UNDECIDED."""
+
+    @property
+    def label(self) -> str:
+        return label_of(self.passed)
+
+    def failed_gates(self) -> list[str]:
+        return [g.name for g in self.gates if g.passed is False]
+
+    def as_record(self) -> dict[str, Any]:
+        return {**self.model_dump(mode="json"), "label": self.label}
+
+
+def label_of(passed: bool | None) -> str:
+    """The one PASS/FAIL/UNDECIDED mapping."""
+    return {True: "PASS", False: "FAIL", None: "UNDECIDED"}[passed]
+
+
+def exit_code(passed: bool | None) -> int:
+    """``--gate`` exit codes: 0 pass, 1 fail, 2 undecided."""
+    return {True: 0, False: 1, None: 2}[passed]
+
+
+def _fraction(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.0f}%"
+
+
+def _validity_gate(summary: Summary, config: VerdictConfig) -> Gate:
+    delta, ci, floor = summary.validity_delta, summary.validity_delta_ci, config.validity_delta_floor
+    if delta is None:
+        return Gate(name="validity_delta", value=None, threshold=floor, op=">=", passed=None,
+                    note="no case expects a call")
+    clear = ci is not None and ci[1] < floor
+    if config.gate_mode == "noninferiority":
+        if ci is not None and ci[0] >= floor:
+            return Gate(name="validity_delta", value=delta, threshold=floor, op=">=", passed=True, ci=ci,
+                        note="non-inferiority shown: the CI's lower bound is at or above the floor")
+        if delta < floor:
+            return Gate(name="validity_delta", value=delta, threshold=floor, op=">=", passed=False, ci=ci,
+                        clear=clear)
+        return Gate(name="validity_delta", value=delta, threshold=floor, op=">=", passed=None, ci=ci,
+                    note=f"non-inferiority not shown: the 95% CI's lower bound {ci[0]:+.3f} is below the floor "
+                         f"{floor:+.3f} (more cases would narrow it)" if ci else "no interval")
+    passed = delta >= floor
+    note = ""
+    if passed and ci is not None and ci[0] < floor:
+        note = "passes on the point estimate; the 95% CI reaches below the floor"
+    return Gate(name="validity_delta", value=delta, threshold=floor, op=">=", passed=passed, ci=ci,
+                clear=clear if not passed else None, note=note)
+
+
+def _hallucination_gate(summary: Summary, config: VerdictConfig) -> Gate | None:
+    n = summary.denominators.get("hallucination_rate", 0)
+    small = f"over only {n} valid cases" if n < MIN_GATE_N else f"over {n} valid cases"
+    if n == 0:
+        return None  # no valid call to judge a name on; the validity gate speaks for this adapter
+    if config.hallucination_gate == "absolute":
+        value = summary.get("hallucination_rate")
+        name, ci = "hallucination_rate", None
+    else:
+        value = summary.get("hallucination_delta")
+        name, ci = "hallucination_delta", summary.hallucination_delta_ci
+    if value is None:
+        return None
+    passed = value <= config.hallucination_cap
+    clear = (ci[0] > config.hallucination_cap) if (ci is not None and not passed) else None
+    return Gate(name=name, value=value, threshold=config.hallucination_cap, op="<=", passed=passed, ci=ci,
+                clear=clear, note=small)
+
+
+def judge(summary: Summary, config: VerdictConfig = VerdictConfig(), null: NullComparison | None = None) -> Verdict:
+    """Apply the compound rule to a run's summary."""
+    notes: list[str] = []
+    if summary.get("identical_output_rate") == 1.0:
+        notes.append("the adapter changed no output (identical_output_rate 1.0): was it applied? "
+                     "(e.g. vLLM data-parallel runs have silently dropped LoRA adapters, lm-eval issue 2432)")
+    if not summary.paired:
+        return Verdict(passed=None, gates=[], notes=notes,
+                       reason="no paired base run: run the same command without the adapter first "
+                              "(or pass base_samples)")
+    gates = [_validity_gate(summary, config)]
+    halluc = _hallucination_gate(summary, config)
+    if halluc is not None:
+        gates.append(halluc)
+    if summary.n_irrelevant and summary.get("false_call_delta") is not None:
+        value = summary.get("false_call_delta")
+        gates.append(Gate(name="false_call_delta", value=value, threshold=config.false_call_cap, op="<=",
+                          passed=value <= config.false_call_cap, note=f"over {summary.n_irrelevant} irrelevance cases"))
+    if null is None:
+        notes.append("no null calibration: z not computed")
+    elif null.informative:
+        gates.append(Gate(name="json_valid_z", value=null.z, threshold=config.z_min, op=">=",
+                          passed=null.z >= config.z_min, note="vs random adapters of the same size"))
+    else:
+        notes.append(
+            f"null not informative (random adapters keep validity: mean delta {null.null_validity_delta:+.3f} "
+            f"≥ floor {config.validity_delta_floor:+.3f}); z={null.z:+.2f} reported, not gated"
+        )
+    for extra in ("rank_note",):
+        text = getattr(null, extra, None) if null is not None else None
+        if text:
+            notes.append(text)
+
+    base_valid = summary.base_json_valid_rate
+    if summary.n_relevant and base_valid is not None and base_valid < config.min_base_validity:
+        reason = (f"the base makes valid calls on only {_fraction(base_valid)} of cases with this prompt "
+                  f"(min_base_validity {_fraction(config.min_base_validity)}); fidelity cannot be judged — "
+                  "try `demos`, the chat prompt style, or another case set")
+        return Verdict(passed=None, gates=gates, notes=notes, reason=reason)
+
+    decided = [g.passed for g in gates]
+    passed = False if False in decided else (None if None in decided else True)
+    if passed is False:
+        reason = "; ".join(g.describe() for g in gates if g.passed is False)
+    elif passed is None:
+        reason = "; ".join(g.describe() for g in gates if g.passed is None)
+    else:
+        reason = "all gates hold" + "".join(f"; {g.name}: {g.note}" for g in gates
+                                            if g.note.startswith("passes on the point"))
+    return Verdict(passed=passed, gates=gates, notes=notes, reason=reason)
