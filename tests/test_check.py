@@ -22,7 +22,7 @@ TOOLS = [{"name": "get_weather", "description": "Current weather",
 CALL = {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}
 J = json.dumps(CALL)
 
-# One hand-written example per output format, with what today's parser (lm_eval_toolfid.parsing:
+# One hand-written example per output format, with what today's parser (lm_eval_toolfid.formats:
 # whole text, fenced block, first balanced object) makes of it: (kind, keyword, format of the call).
 EXAMPLES = {
     "bare_json": (J, ("valid", None, "bare_json")),

@@ -246,7 +246,7 @@ a longer one is cut and marked, and a base reference built from it says so)."""
 
 def bounded(value: Any) -> Any:
     """A JSON-safe copy of ``value`` with nesting, width and string length capped (see the constants;
-    :func:`lm_eval_toolfid.jsonsafe.bounded_copy` says what is cut and how the cut is marked).
+    :func:`lm_eval_toolfid.core.jsonsafe.bounded_copy` says what is cut and how the cut is marked).
 
     Scoring validates the model's full arguments; only the copy kept in records (samples files,
     references, reports) is bounded, so serialising a record can never hit a depth or size limit.
