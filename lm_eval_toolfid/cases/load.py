@@ -100,9 +100,12 @@ def load_cases(spec: str | Path | None = None) -> list[Case]:
 
 
 def case_set_hash(cases: list[Case]) -> str:
-    """Content hash of a case set (order-sensitive, formatting-insensitive)."""
+    """Content hash of a case set (order-sensitive, formatting-insensitive). A single-turn case hashes as
+    it did before cases could carry a history (an empty history is left out), so references and
+    calibrations made for single-turn case sets still pair."""
     h = hashlib.sha256()
     for case in cases:
-        h.update(json.dumps(case.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode())
+        data = case.model_dump(mode="json", exclude=set() if case.history else {"history"})
+        h.update(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
         h.update(b"\n")
     return h.hexdigest()[:16]

@@ -8,8 +8,9 @@ aggregate those into a :class:`Summary`; ``verdict`` judges a summary.
 
 from __future__ import annotations
 
+import json
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -67,6 +68,87 @@ class GoldCall(BaseModel):
         return self.arguments is not None or self.options is not None
 
 
+class HistoryCall(BaseModel):
+    """A call the assistant made earlier in the conversation (an OpenAI ``tool_calls`` entry, normalised).
+
+    Accepted as ``{"id", "type": "function", "function": {"name", "arguments"}}`` (``arguments`` a JSON
+    object or a string holding one, as the OpenAI API sends it) or flat ``{"id", "name", "arguments"}``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str | None = None
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _openai_shape(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("function"), dict):
+            if data.get("type", "function") != "function":
+                raise ValueError(f"tool_calls entry of type {data.get('type')!r}: only 'function' calls are known")
+            extra = sorted(set(data) - {"id", "type", "function"})
+            if extra:
+                raise ValueError(f"unknown field(s) in a tool_calls entry: {', '.join(extra)}")
+            fn = data["function"]
+            data = {"id": data.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments", {})}
+        if isinstance(data, dict) and isinstance(data.get("arguments"), str):
+            try:
+                decoded = json.loads(data["arguments"])
+            except ValueError:
+                raise ValueError("a history call's 'arguments' is a string that is not JSON") from None
+            data = {**data, "arguments": decoded}
+        if isinstance(data, dict) and data.get("arguments") is None and "arguments" in data:
+            data = {**data, "arguments": {}}
+        return data
+
+
+class Message(BaseModel):
+    """One earlier turn of the conversation, in the OpenAI message shape.
+
+    - ``user``: ``content`` (the user's words);
+    - ``assistant``: ``content`` and/or ``tool_calls`` (the calls it made);
+    - ``tool``: ``content`` (the recorded result; a JSON value is stored as its JSON text),
+      ``tool_call_id`` (the call it answers) and ``name`` (the tool that answered; filled in from the
+      call when absent).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: list[HistoryCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _result_as_text(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("role") == "tool" and isinstance(data.get("content"), (dict, list)):
+            data = {**data, "content": json.dumps(data["content"], ensure_ascii=False)}
+        if isinstance(data, dict) and data.get("role") == "system":
+            raise ValueError("a system message cannot be part of a case's history: put it in the task's "
+                             "system_prompt setting (chat style) or at the start of the prompt")
+        return data
+
+    @model_validator(mode="after")
+    def _shape_fits_role(self) -> Message:
+        if self.role == "user":
+            if not self.content or self.tool_calls or self.tool_call_id:
+                raise ValueError("a user turn has non-empty 'content' only")
+        elif self.role == "assistant":
+            if self.tool_call_id or self.name:
+                raise ValueError("an assistant turn has 'content' and/or 'tool_calls' only")
+            if not self.content and not self.tool_calls:
+                raise ValueError("an assistant turn needs 'content' or 'tool_calls'")
+        else:
+            if self.tool_calls:
+                raise ValueError("a tool turn carries a result ('content'), not 'tool_calls'")
+            if self.content is None:
+                raise ValueError("a tool turn needs 'content' (the recorded result)")
+        return self
+
+
 class Case(BaseModel):
     """One evaluation case: a request, the tools offered, the call(s) it should make — or none.
 
@@ -74,6 +156,11 @@ class Case(BaseModel):
     - several (parallel) calls: ``gold_calls`` (matched order-insensitively, by name);
     - irrelevance (no offered tool fits, the right answer is no call): ``gold_tool_name: null``
       with no ``gold_calls``, or ``irrelevant: true``.
+
+    ``prompt`` is the user's first request. ``history`` (optional) is the conversation that followed it,
+    in the OpenAI message shape: assistant turns with the ``tool_calls`` they made, ``tool`` turns with
+    the recorded results, further user turns. The case asks for the assistant's *next* step after the
+    history: the expected call(s), or no call (answer from the results, like an irrelevance case).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -89,6 +176,8 @@ class Case(BaseModel):
     irrelevant: bool = False
     category: str | None = None
     """Where the case comes from (e.g. a BFCL category); used by breakdowns only."""
+    history: list[Message] = Field(default_factory=list)
+    """The conversation after ``prompt`` and before the step this case asks for (empty: single-turn)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -136,6 +225,65 @@ class Case(BaseModel):
                     f"gold tool {name!r} is not among the offered tools ({', '.join(self.tool_names)})"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _history_is_a_conversation(self) -> Case:
+        """Calls in the history name offered tools; each assistant turn's calls are answered, one tool
+        turn per call, before the conversation goes on; the history ends where the assistant speaks next."""
+        if not self.history:
+            return self
+        offered = set(self.tool_names)
+        messages = list(self.history)
+        fixed: list[Message] = []
+        pending: list[HistoryCall] = []
+        n_calls = 0
+        for i, msg in enumerate(messages):
+            where = f"history[{i}]"
+            if msg.role == "tool":
+                if not pending:
+                    raise ValueError(f"{where}: a tool turn must answer a call of the assistant turn before it")
+                if msg.tool_call_id is not None:
+                    call = next((c for c in pending if c.id == msg.tool_call_id), None)
+                    if call is None:
+                        raise ValueError(f"{where}: tool_call_id {msg.tool_call_id!r} answers no pending call "
+                                         f"(pending: {', '.join(str(c.id) for c in pending)})")
+                else:
+                    call = pending[0]
+                if msg.name is not None and msg.name != call.name:
+                    raise ValueError(f"{where}: tool turn names {msg.name!r} but answers a call of {call.name!r}")
+                pending.remove(call)
+                fixed.append(msg.model_copy(update={"tool_call_id": call.id, "name": call.name}))
+                continue
+            if pending:
+                raise ValueError(f"{where}: the calls of the assistant turn before it are not all answered "
+                                 f"(no tool turn for {', '.join(c.name for c in pending)})")
+            if msg.role == "assistant" and msg.tool_calls:
+                calls = []
+                for call in msg.tool_calls:
+                    if call.name not in offered:
+                        raise ValueError(f"{where}: the history calls {call.name!r}, which is not among the "
+                                         f"offered tools ({', '.join(self.tool_names)})")
+                    calls.append(call if call.id is not None else call.model_copy(update={"id": f"call_{n_calls}"}))
+                    n_calls += 1
+                ids = [c.id for c in calls]
+                if len(set(ids)) != len(ids):
+                    raise ValueError(f"{where}: two tool_calls share an id")
+                pending = list(calls)
+                msg = msg.model_copy(update={"tool_calls": calls})
+            fixed.append(msg)
+        if pending:
+            raise ValueError(f"history ends with unanswered calls ({', '.join(c.name for c in pending)}): add "
+                             "their tool turns")
+        if fixed[-1].role == "assistant":
+            raise ValueError("history ends with an assistant turn: the case asks for the assistant's next step, "
+                             "so the history ends with a tool result or a user turn")
+        object.__setattr__(self, "history", fixed)
+        return self
+
+    @property
+    def turn_depth(self) -> int:
+        """1 for a single request; 1 + the assistant turns in the history for a conversation."""
+        return 1 + sum(1 for m in self.history if m.role == "assistant")
 
     @property
     def tool_names(self) -> list[str]:
