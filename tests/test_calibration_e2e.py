@@ -104,9 +104,22 @@ def test_calibration_is_refused_for_another_case_set_or_base(calibrated, tmp_pat
     with pytest.raises(SystemExit, match="another case set"):
         run_views(FIX["base"], {"f": FIX["adapters"]["faithful"]}, FIXTURE_TASK,
                   {"calibration": str(out), "cases": str(subset)})
-    other_base = tmp_path / "base-copy"
+    # a copy of the base elsewhere is the same base (identity is content, not path) ...
+    copy = tmp_path / "base-copy"
+    shutil.copytree(FIX["base"], copy)
+    _, views = run_views(str(copy), {"f": FIX["adapters"]["faithful"]}, FIXTURE_TASK, {"calibration": str(out)})
+    assert "json_valid_z" in metrics(views[0].results)
+    # ... a base with other weights is not
+    from safetensors.torch import load_file, save_file
+
+    other_base = tmp_path / "base-other"
     shutil.copytree(FIX["base"], other_base)
-    with pytest.raises(SystemExit, match="another base model"):
+    weights = next(other_base.glob("*.safetensors"))
+    state = load_file(str(weights))
+    name = sorted(state)[0]
+    state[name] = state[name] + 0.01
+    save_file(state, str(weights), metadata={"format": "pt"})
+    with pytest.raises(SystemExit, match="another base model .*fingerprint"):
         run_views(str(other_base), {"f": FIX["adapters"]["faithful"]}, FIXTURE_TASK, {"calibration": str(out)})
 
 

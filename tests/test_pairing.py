@@ -1,6 +1,7 @@
 """Base references: stored under a full identity key, never used when anything differs."""
 
 import json
+import shutil
 
 import pytest
 
@@ -49,13 +50,38 @@ def test_local_base_identity_has_a_content_fingerprint(tmp_path):
     (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_bytes(b"\x00" * 100)
     ident = base_identity({"pretrained": str(model), "peft": "/x", "batch_size": 8})
-    assert ident["pretrained"] == str(model.resolve()) and "peft" not in ident and "batch_size" not in ident
+    assert "peft" not in ident and "batch_size" not in ident
     before = ident["fingerprint"]
     (model / "model.safetensors").write_bytes(b"\x01" * 100)
     assert dir_fingerprint(model) != before
     assert "fingerprint" not in base_identity({"pretrained": "org/hub-model"})
     with pytest.raises(ToolfidError):
         base_identity({})
+
+
+def test_identity_is_what_changes_outputs_not_how_a_flow_spells_it(tmp_path):
+    """The same base reached by another path (a copy, a relative path), with lm-eval's own ``config_source``
+    bookkeeping, with its dtype spelled out or left to ``auto``, is the same base; another content or another
+    dtype is not."""
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text('{"dtype": "float32"}')
+    (model / "model.safetensors").write_bytes(b"\x00" * 100)
+    copy = tmp_path / "elsewhere" / "m-copy"
+    shutil.copytree(model, copy)
+    ident = base_identity({"pretrained": str(model)}, "hf")
+    same = [
+        base_identity({"pretrained": str(copy), "config_source": "/site-packages/x/tool_use_fidelity.yaml"}, "hf"),
+        base_identity({"pretrained": str(model), "dtype": "float32", "device": "cpu"}, "hf"),
+        base_identity({"pretrained": str(model), "dtype": "torch.float32", "config_source": "inline"}, "hf"),
+        base_identity({"pretrained": str(model), "dtype": "auto"}, "hf"),
+    ]
+    assert all(s == ident for s in same) and ident["dtype"] == "float32"
+    assert base_identity({"pretrained": str(model), "dtype": "bf16"}, "hf")["dtype"] == "bfloat16"
+    assert base_identity({"pretrained": str(model), "dtype": "bfloat16"}, "hf") != ident
+    assert base_identity({"pretrained": str(model)}, "vllm") != ident
+    (copy / "model.safetensors").write_bytes(b"\x02" * 100)
+    assert base_identity({"pretrained": str(copy)}, "hf") != ident
 
 
 KEY = RunKey(base={"pretrained": "b", "backend": "hf"}, case_set="cs", prompt="p", generation={"until": ["\n###"]})

@@ -25,6 +25,7 @@ from lm_eval_toolfid.calibration.adapters import NORM_RTOL, adapter_shape, adapt
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Summary
 from lm_eval_toolfid.core.stats import binomial_se, jeffreys_rate, sample_std
+from lm_eval_toolfid.pairing.identity import describe_base
 from lm_eval_toolfid.scoring.verdict import NullComparison, VerdictConfig
 
 CALIBRATION_FORMAT = "toolfid-calibration/1"
@@ -171,10 +172,12 @@ class Calibration(BaseModel):
             if prov.get(field) != key[field]:
                 raise ToolfidError(f"calibration was made for another {label} ({prov.get(field)} ≠ {key[field]})")
         if prov.get("base") != key["base"]:
-            raise ToolfidError(
-                f"calibration was made for another base model ({prov.get('base', {}).get('pretrained')}, "
-                f"fingerprint {prov.get('base', {}).get('fingerprint')}) than this run's ({key['base'].get('pretrained')})"
-            )
+            theirs = prov.get("base") if isinstance(prov.get("base"), dict) else {}
+            differ = [f"{k} {theirs.get(k, '—')} ≠ {key['base'].get(k, '—')}"
+                      for k in sorted(set(theirs) | set(key["base"])) if theirs.get(k) != key["base"].get(k)]
+            raise ToolfidError(f"calibration was made for another base model than this run's ({describe_base(theirs)} "
+                               f"vs {describe_base(key['base'])}: {'; '.join(differ)}); re-run toolfid calibrate "
+                               "for this base")
         if adapter_path is None:
             raise ToolfidError("calibration z-scores an adapter run; this run has no peft= adapter")
         shape = adapter_shape(adapter_path)

@@ -44,6 +44,11 @@ NON_IDENTITY_KEYS = {
     "max_cpu_memory", "offload_folder", "gpu_memory_utilization", "data_parallel_size", "swap_space",
     "logits_cache", "softmax_dtype", "num_proc", "seed",
 }
+LM_EVAL_BOOKKEEPING_KEYS = {"config_source"}
+"""Keys lm-eval itself adds to a task's metadata (the YAML's path): never part of a model's identity."""
+
+_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16", "half": "float16",
+           "fp32": "float32", "float32": "float32", "float": "float32"}
 
 def hash_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -118,21 +123,48 @@ def resolved_hub_commit(repo_id: str, revision: str | None) -> str | None:
     return commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None
 
 
+def canonical_dtype(value: Any, local: Path | None = None) -> str:
+    """The dtype a model loads in: aliases folded (``bf16``, ``torch.bfloat16`` → ``bfloat16``); ``auto`` or
+    absent → the dtype a local folder's config records (what HF's ``auto`` loads), else ``auto``."""
+    text = str(value).removeprefix("torch.").lower() if value not in (None, "") else "auto"
+    if text != "auto":
+        return _DTYPES.get(text, text)
+    if local is not None and (local / "config.json").is_file():
+        try:
+            config = json.loads((local / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return "auto"
+        recorded = config.get("dtype") or config.get("torch_dtype") if isinstance(config, dict) else None
+        return _DTYPES.get(str(recorded).lower(), str(recorded)) if recorded else "float32"
+    return "auto"
+
+
 def base_identity(model_args: dict[str, Any], backend: str = "unknown") -> dict[str, Any]:
-    """What identifies the base model of a run: every model argument that can change its greedy
-    outputs (adapter and placement keys excluded), the backend, and for local folders a content
-    fingerprint, for hub ids the resolved commit."""
+    """What identifies the base model of a run: what can change its greedy outputs, and nothing else.
+
+    - a local folder by its content fingerprint (not its path: a copy or a move is the same model), a hub
+      id by name and the commit its revision resolves to in the local cache;
+    - the dtype it loads in (``auto`` resolved from a local folder's config, aliases folded);
+    - every other model argument except placement and batching keys, adapter keys and lm-eval's own
+      bookkeeping (``config_source``);
+    - the backend.
+    So one base is the same base in ``toolfid run``, ``toolfid calibrate``, plain ``lm_eval`` and
+    ``simple_evaluate``, whichever task folder path or spelling of the dtype each used.
+    """
     ident = {k: str(v) for k, v in sorted(model_args.items())
-             if k not in NON_IDENTITY_KEYS and k not in ADAPTER_KEYS and v not in (None, "")}
+             if k not in NON_IDENTITY_KEYS and k not in ADAPTER_KEYS and k not in LM_EVAL_BOOKKEEPING_KEYS
+             and v not in (None, "")}
     pretrained = ident.get("pretrained")
     if pretrained is None:
         raise ToolfidError("model_args has no 'pretrained': cannot identify the base model")
     ident["backend"] = backend
     local = Path(pretrained).expanduser()
     if local.exists():
-        ident["pretrained"] = str(local.resolve())
+        del ident["pretrained"]
         ident["fingerprint"] = dir_fingerprint(local)
+        ident["dtype"] = canonical_dtype(model_args.get("dtype"), local)
     else:
+        ident["dtype"] = canonical_dtype(model_args.get("dtype"))
         commit = resolved_hub_commit(pretrained, ident.get("revision"))
         if commit:
             ident["revision"] = commit
@@ -140,6 +172,14 @@ def base_identity(model_args: dict[str, Any], backend: str = "unknown") -> dict[
             log.warning("tool_use_fidelity: base %s is a hub id with no pinned revision and no cached commit; "
                         "pass revision=<commit> so a later change of the hub model cannot pair silently", pretrained)
     return ident
+
+
+def describe_base(identity: dict[str, Any]) -> str:
+    """A base identity in a few words, for messages: the hub id, or the local folder's fingerprint."""
+    name = identity.get("pretrained") or f"local model {identity.get('fingerprint', '?')}"
+    extra = [f"{k}={v}" for k, v in sorted(identity.items()) if k not in ("pretrained", "fingerprint", "backend")]
+    backend = identity.get("backend")
+    return f"{name} ({', '.join(extra + [f'backend={backend}'])})"
 
 
 @dataclass(frozen=True)

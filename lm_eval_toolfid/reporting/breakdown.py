@@ -131,7 +131,7 @@ def base_texts(run: Run, base_runs: list[Run]) -> dict[str, str]:
             except ToolfidError:
                 pass
     for base in base_runs:
-        if base.samples_path is not None and base.case_set == run.case_set and base.base_id == run.base_id:
+        if base.samples_path is not None and base.case_set == run.case_set and base.base_key == run.base_key:
             return {str(s.get("doc", {}).get("id")): _text(s) for s in iter_samples(base.samples_path)}
     return {}
 

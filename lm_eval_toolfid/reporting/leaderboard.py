@@ -93,7 +93,7 @@ def build(runs: list[Run], notes: list[str] | None = None) -> Leaderboard:
         if run.toolfid_task is None:
             others.append(run)
             continue
-        key = (_norm(run.model), _norm(run.adapter), run.toolfid_task, run.base_id, run.case_set)
+        key = (_norm(run.model), _norm(run.adapter), run.toolfid_task, run.base_key, run.case_set)
         if key in rows and rows[key].toolfid is not None:
             old = rows[key].toolfid
             notes.append(f"{run.label}: newer run {run.source} shown; older {old.source} ignored")  # type: ignore[union-attr]
@@ -112,11 +112,11 @@ def build(runs: list[Run], notes: list[str] | None = None) -> Leaderboard:
     groups: dict[tuple[str, str | None], Group] = {}
     for row in rows.values():
         if row.toolfid is not None:
-            key = (row.toolfid.base_id, row.toolfid.case_set)
+            key, shown = (row.toolfid.base_key, row.toolfid.case_set), row.toolfid.base_id
         else:
-            same_model = [g for g in groups.values() if g.rows and _norm(g.rows[0].model) == _norm(row.model)]
-            key = (same_model[0].base, same_model[0].case_set) if same_model else (row.model, None)
-        groups.setdefault(key, Group(base=key[0], case_set=key[1], rows=[])).rows.append(row)
+            same_model = [(k, g) for k, g in groups.items() if g.rows and _norm(g.rows[0].model) == _norm(row.model)]
+            key, shown = (same_model[0][0], same_model[0][1].base) if same_model else ((row.model, None), row.model)
+        groups.setdefault(key, Group(base=shown, case_set=key[1], rows=[])).rows.append(row)
     ordered = list(groups.values())
     if len(ordered) > 1:
         first = ordered[0]

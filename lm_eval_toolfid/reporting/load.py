@@ -71,10 +71,16 @@ class Run:
 
     @property
     def base_id(self) -> str:
-        """The base model as the task identified it (path + content fingerprint), else ``pretrained``."""
+        """The base model as shown: its name (hub id or folder), with the content fingerprint of a local folder."""
         base = (self.toolfid.get("run_key") or {}).get("base") or {}
         name = base.get("pretrained") or self.model
         return f"{name} @{base['fingerprint']}" if base.get("fingerprint") else name
+
+    @property
+    def base_key(self) -> str:
+        """What makes two runs' bases the same base (the task's identity: a local folder's content, not its path)."""
+        base = (self.toolfid.get("run_key") or {}).get("base")
+        return json.dumps(base, sort_keys=True) if base else _norm(self.model)
 
     @property
     def identity(self) -> str:

@@ -20,7 +20,7 @@ from lm_eval_toolfid.scoring.verdict import VerdictConfig
 SETTING_KEYS = ("cases", "demos", "allowed_tools", "base_samples", "calibration", "write_reference",
                 "string_arguments", "backend", "prompt_style", "prompt_template", "system_prompt",
                 "chat_template")
-OTHER_TASK_KEYS = {"reference_dir", "version", "toolfid"}
+OTHER_TASK_KEYS = {"reference_dir", "version", "toolfid", "config_source"}
 """Keys the task (or lm-eval's YAML) owns that are not model arguments."""
 
 

@@ -65,15 +65,52 @@ def backend_name(model: Any) -> str:
     return type(model).__name__.lower()
 
 
-def detect_backend() -> str:
-    """The lm-eval backend running this task: the ``model`` given to ``simple_evaluate`` (a registry
-    name such as ``hf``/``vllm``, or an LM object), found on the call stack; ``unknown`` otherwise."""
+def _simple_evaluate_locals() -> dict[str, Any] | None:
+    """The locals of the ``simple_evaluate`` call running this task (lm-eval's CLI goes through it too)."""
     frame = inspect.currentframe()
     while frame is not None:
         if frame.f_code.co_name == "simple_evaluate" and "model" in frame.f_locals:
-            return backend_name(frame.f_locals["model"])
+            return frame.f_locals
         frame = frame.f_back
-    return "unknown"
+    return None
+
+
+def detect_backend() -> str:
+    """The lm-eval backend running this task: the ``model`` given to ``simple_evaluate`` (a registry
+    name such as ``hf``/``vllm``, or an LM object), found on the call stack; ``unknown`` otherwise."""
+    caller = _simple_evaluate_locals()
+    return backend_name(caller["model"]) if caller is not None else "unknown"
+
+
+def caller_model_args() -> dict[str, Any]:
+    """The model arguments of the ``simple_evaluate`` call running this task.
+
+    lm-eval copies ``model_args`` into a task's metadata only when it builds the ``TaskManager`` itself;
+    with a ``TaskManager`` of the caller's (which this task needs: it is found through ``include_path``)
+    the task would not know its model and could neither pair nor store a reference. The arguments come
+    from the call (a ``k=v,...`` string or a dict), or from the LM object it was given (HFLM keeps
+    ``pretrained``, ``peft``, ``delta``, ``revision``; the loaded weights' dtype).
+    """
+    caller = _simple_evaluate_locals()
+    if caller is None:
+        return {}
+    raw = caller.get("model_args")
+    if isinstance(raw, str) and raw.strip():
+        from lm_eval.utils import simple_parse_args_string
+
+        args = dict(simple_parse_args_string(raw))
+    elif isinstance(raw, dict):
+        args = dict(raw)
+    else:
+        args = {}
+    lm = caller.get("model")
+    if not args.get("pretrained") and not isinstance(lm, str) and isinstance(getattr(lm, "pretrained", None), str):
+        args = {"pretrained": lm.pretrained, **{k: getattr(lm, k) for k in ("peft", "delta", "revision")
+                                              if isinstance(getattr(lm, k, None), str)}}
+        dtype = getattr(getattr(lm, "model", None), "dtype", None)
+        if dtype is not None:
+            args["dtype"] = str(dtype)
+    return args
 
 
 class ToolUseFidelityTask(ConfigurableTask):
@@ -81,8 +118,11 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     def __init__(self, config: dict[str, Any] | None = None, **kwargs: Any) -> None:
         config = {k: v for k, v in (config or {}).items() if k != "class"}
+        metadata = config.get("metadata") or {}
+        if not metadata.get("pretrained"):  # simple_evaluate with a TaskManager of the caller's
+            metadata = {**caller_model_args(), **metadata}
         try:
-            self.settings = TaskSettings.from_metadata(config.get("metadata") or {})
+            self.settings = TaskSettings.from_metadata(metadata)
         except ToolfidError as exc:
             raise _fail(exc) from None
         self.backend = self.settings.backend or detect_backend()
