@@ -104,6 +104,13 @@ def test_toolfid_run_matches_the_two_run_flow_case_by_case(two_run_flow, tmp_pat
         cli_raw = {s["doc"]["id"]: s["resps"][0][0] for s in runs[name][1]}
         in_raw = {s["doc"]["id"]: s["resps"][0][0] for s in inproc}
         assert all(cli_raw[cid].startswith(text) for cid, text in in_raw.items()), name
+        # one samples shape for every reader: toolfid run writes what lm_eval --log_samples writes
+        cli_sample, in_sample = runs[name][1][0], next(s for s in inproc if s["doc_id"] == runs[name][1][0]["doc_id"])
+        assert set(in_sample) == set(cli_sample), name
+        assert in_sample["arguments"] == cli_sample["arguments"]
+        assert list(in_sample["arguments"]) == ["gen_args_0"] and set(in_sample["arguments"]["gen_args_0"]) == {
+            "arg_0", "arg_1"}
+        assert isinstance(in_sample["target"], str)
     for line in table.splitlines():
         if line.startswith("faithful"):
             assert " PASS " in line

@@ -143,7 +143,7 @@ def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any
         atomic_write_text(args.html, html.render(board, breakdowns))
         print(f"wrote {args.html}", file=sys.stderr)
     if not args.json:
-        print(f"\nresults and per-case samples: {out}/  (toolfid report {out} --html report.html)")
+        print(f"\nresults and per-case samples: {out}/\nreport: toolfid report {out} --html report.html")
     code = 0
     if args.gate or args.junit:
         from lm_eval_toolfid.cli.gate import gate_runs

@@ -66,7 +66,7 @@ def sample_prompt(sample: dict[str, Any]) -> str | None:
         if isinstance(first, dict) and isinstance(first.get("arg_0"), str):
             return first["arg_0"]
     elif isinstance(args, (list, tuple)) and args and isinstance(args[0], (list, tuple)) and args[0] \
-            and isinstance(args[0][0], str):
+            and isinstance(args[0][0], str):  # samples.jsonl of toolfid run before 0.2 (lm-eval's in-memory shape)
         return args[0][0]
     return None
 

@@ -41,6 +41,8 @@ class Progress:
         self._view_t0 = 0.0
         self._last_draw = 0.0
         self.started = time.monotonic()
+        self.notes: list[str] = []
+        self._shown_notes: set[str] = set()
 
     # --- events --------------------------------------------------------------------------
 
@@ -84,6 +86,18 @@ class Progress:
         rate = f", {self.tokens / self.gen_seconds:.0f} tok/s so far" if self.gen_seconds > 0 else ""
         self.message(f"[{self.view_index}/{len(self.views)}] {label}: {n_cases if n_cases is not None else self.view_done}"
                      f" cases in {_clock(seconds)}{rate}")
+        self.flush_notes()
+
+    def note(self, text: str) -> None:
+        """A warning of the task's, shown under the line of the view it belongs to (once per text)."""
+        if text not in self.notes and text not in self._shown_notes:
+            self.notes.append(text)
+
+    def flush_notes(self) -> None:
+        for text in self.notes:
+            self.message(f"  note: {text}")
+            self._shown_notes.add(text)
+        self.notes.clear()
 
     def close(self) -> None:
         self._clear()
@@ -161,6 +175,20 @@ class _Bar:
         pass
 
 
+class _NoteCollector(logging.Handler):
+    """Turns the task's warnings into notes of the progress display (the verdict line is left to the table)."""
+
+    def __init__(self, progress: Progress) -> None:
+        super().__init__(level=logging.WARNING)
+        self.progress = progress
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if text.startswith("tool_use_fidelity verdict:"):
+            return
+        self.progress.note(text.removeprefix("tool_use_fidelity: "))
+
+
 _TQDM_MODULES = ("lm_eval.models.huggingface", "lm_eval.api.task", "lm_eval.api.model")
 
 
@@ -174,6 +202,9 @@ def quiet_lm_eval(progress: Progress, verbose: bool = False) -> Iterator[None]:
 
     saved: list[tuple[Any, Any]] = []
     loggers = {name: logging.getLogger(name).level for name in ("lm_eval", "transformers", "peft", "datasets")}
+    ours = logging.getLogger("lm_eval.toolfid")
+    ours_state = (ours.level, ours.propagate)
+    collector = _NoteCollector(progress)
     try:
         for name in _TQDM_MODULES:
             module = importlib.import_module(name)
@@ -181,7 +212,11 @@ def quiet_lm_eval(progress: Progress, verbose: bool = False) -> Iterator[None]:
                 saved.append((module, module.tqdm))
                 module.tqdm = lambda *a, **k: _Bar(progress, *a, **k)  # type: ignore[attr-defined]
         for name in loggers:
-            logging.getLogger(name).setLevel(logging.WARNING)
+            logging.getLogger(name).setLevel(logging.ERROR)
+        # the task's own warnings go under the view's progress line; its verdict line is the table's row
+        ours.setLevel(logging.WARNING)
+        ours.propagate = False
+        ours.addHandler(collector)
         with contextlib.suppress(Exception):
             import transformers
 
@@ -199,6 +234,9 @@ def quiet_lm_eval(progress: Progress, verbose: bool = False) -> Iterator[None]:
             module.tqdm = original
         for name, level in loggers.items():
             logging.getLogger(name).setLevel(level)
+        ours.removeHandler(collector)
+        ours.setLevel(ours_state[0])
+        ours.propagate = ours_state[1]
         progress.close()
 
 

@@ -92,6 +92,7 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
 
 
 def _reason(row: RunRow) -> str:
+    """The whole reason: the verdict's one line and its notes."""
     verdict = row.verdict
     if not verdict:
         return row.toolfid.get("pairing", "no base reference")
@@ -99,13 +100,39 @@ def _reason(row: RunRow) -> str:
     return (verdict.get("reason") or "") + (f" ({'; '.join(notes)})" if notes else "")
 
 
+_GATE_SHORT = {"validity_delta": "validity", "hallucination_delta": "halluc", "hallucination_rate": "halluc",
+               "false_call_delta": "false calls", "json_valid_z": "z"}
+
+
+def short_reason(row: RunRow) -> str:
+    """The reason in a few words, for a table cell: the failed gates (value vs threshold, clear or within
+    noise), or "all gates hold", or what left it undecided."""
+    verdict = row.verdict
+    if not verdict:
+        return "unpaired: " + str(row.toolfid.get("pairing", "no base reference")).removeprefix("none: ")
+    gates = verdict.get("gates") or []
+    failed = [g for g in gates if g.get("passed") is False]
+    if failed:  # the values are in the table's columns; the full reason follows the table
+        return ", ".join(
+            _GATE_SHORT.get(g["name"], g["name"]) + {True: " (clear)", False: " (noise)"}.get(g.get("clear"), "")
+            for g in failed)
+    if verdict.get("passed"):
+        return "all gates hold" + ("; changed no output" if any("was it applied" in n for n in verdict.get("notes", []))
+                                   else "")
+    return (verdict.get("reason") or "undecided").split(";")[0]
+
+
 def verdict_label(row: RunRow) -> str:
     verdict = row.verdict
     return verdict.get("label") or label_of(verdict.get("passed")) if verdict else "UNDECIDED"
 
 
-def format_table(rows: list[RunRow], base_valid: float | None = None) -> str:
-    """A plain-text verdict table, one line per adapter."""
+def format_table(rows: list[RunRow], base_valid: float | None = None, width: int | None = None) -> str:
+    """A plain-text verdict table, one line per adapter, no wider than ``width`` (default: the terminal's,
+    120 when not a terminal): the ``why`` column holds the short reason, the full reasons follow the table."""
+    import shutil
+
+    width = width or shutil.get_terminal_size((120, 24)).columns
     head = ["adapter", "valid", "base", "delta", "p(McNemar)", "halluc", "arg-diff", "parse", "z", "verdict", "why"]
     lines = []
     for r in rows:
@@ -114,8 +141,22 @@ def format_table(rows: list[RunRow], base_valid: float | None = None) -> str:
             r.label, _fmt(m("json_valid_rate")), _fmt(m("base_json_valid_rate") if m("base_json_valid_rate") is not None else base_valid),
             _fmt(m("validity_delta"), "+.3f"), _fmt(m("validity_mcnemar_p"), ".2g"), _fmt(m("hallucination_rate")),
             _fmt(m("arg_disagreement")), _fmt(m("parse_rate")), _fmt(m("json_valid_z"), "+.1f"),
-            verdict_label(r), _reason(r),
+            verdict_label(r), short_reason(r),
         ])
     widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
+    room = max(12, width - sum(widths[:-1]) - 2 * (len(head) - 1) - 1)
+    if widths[-1] > room:
+        widths[-1] = room
+        for line in lines:
+            if len(line[-1]) > room:
+                line[-1] = line[-1][: room - 1] + "…"
     fmt_row = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([fmt_row(head), fmt_row(["-" * w for w in widths]), *map(fmt_row, lines)])
+    table = [fmt_row(head), fmt_row(["-" * w for w in widths]), *map(fmt_row, lines)]
+    reasons = [f"{r.label}: {verdict_label(r)} — {_reason(r)}" for r in rows]
+    return "\n".join(table) + "\n\n" + "\n".join(_wrap(line, width) for line in reasons)
+
+
+def _wrap(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width=max(40, width - 1), subsequent_indent="    ", break_on_hyphens=False))

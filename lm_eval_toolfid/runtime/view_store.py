@@ -51,14 +51,28 @@ def view_manifest(base: str, adapter: str | None, task: str, metadata: dict[str,
     }, sort_keys=True, default=str))
 
 
+def lm_eval_sample_line(sample: dict[str, Any]) -> str:
+    """One sample as ``lm_eval --log_samples`` writes it (``EvaluationTracker.save_results_samples``):
+    ``arguments`` as ``{"gen_args_0": {"arg_0": prompt, "arg_1": gen_kwargs}}``, responses sanitised, the
+    target as a string. Every reader of samples files then reads one shape."""
+    from lm_eval.utils import handle_non_serializable, sanitize_list
+
+    out = dict(sample)
+    out["arguments"] = {f"gen_args_{i}": {f"arg_{j}": arg for j, arg in enumerate(args)}
+                        for i, args in enumerate(sample.get("arguments") or [])}
+    out["resps"] = sanitize_list(sample.get("resps", []))
+    out["filtered_resps"] = sanitize_list(sample.get("filtered_resps", []))
+    out["target"] = str(sample.get("target"))
+    return json.dumps(out, default=handle_non_serializable, ensure_ascii=False) + "\n"
+
+
 def save_view(view: ViewResult, out_dir: Path, manifest: dict[str, Any] | None = None) -> Path:
     """Write a view's results and samples at once, so nothing is lost if a later view fails.
 
     The manifest is written last: a view folder with a manifest is complete.
     """
     folder = out_dir / view.label
-    atomic_write_text(folder / "samples.jsonl", "".join(
-        json.dumps(sample, default=str, ensure_ascii=False) + "\n" for sample in view.samples))
+    atomic_write_text(folder / "samples.jsonl", "".join(lm_eval_sample_line(sample) for sample in view.samples))
     atomic_write_json(folder / "results.json", view.results)
     if manifest is not None:
         atomic_write_json(folder / MANIFEST, manifest)
