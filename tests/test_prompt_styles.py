@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import json
 import shutil
 from pathlib import Path
@@ -165,13 +164,8 @@ def test_chat_run_shows_the_tools_and_pairs_base_and_adapter(tmp_path):
     assert all(s["fidelity_pass"]["base"] is not None for s in samples)
 
 
-SMOLLM2 = Path(os.environ.get("TOOLFID_SMOLLM2",
-                              Path.home() / ".cache" / "lm_eval_toolfid" / "models" / "smollm2-135m-instruct"))
-
-
-@pytest.mark.skipif(not (SMOLLM2 / "tokenizer_config.json").is_file(), reason="SmolLM2 not set up (scripts/setup.sh)")
-def test_real_smollm2_template_ignores_tools_so_they_go_in_the_system_message():
-    prompter = Prompter("chat", demos=0, model_args={"pretrained": str(SMOLLM2)})
+def test_real_smollm2_template_ignores_tools_so_they_go_in_the_system_message(smollm2):
+    prompter = Prompter("chat", demos=0, model_args={"pretrained": str(smollm2)})
     assert prompter.provenance()["chat_tools_in"] == "system"
     case = make_case()
     text = prompter.render(case)

