@@ -34,6 +34,18 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _import(name: str, source: Path, target: Path, capsys) -> str:
+    """One questions file through the real CLI; its one summary line."""
+    argv = ["import-bfcl", str(source), "--output", str(target)]
+    if _answers(name):
+        argv += ["--answers", str(_answers(name))]
+    capsys.readouterr()
+    assert cli.main(argv) == 0, name
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1, out
+    return out.strip()
+
+
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory) -> dict[str, list[Case]]:
     """Every BFCL file through the real CLI, then back through cases.load_cases."""
@@ -47,6 +59,17 @@ def imported(tmp_path_factory) -> dict[str, list[Case]]:
         assert cli.main(argv) == 0, name
         loaded[name] = load_cases(target)
     return loaded
+
+
+def test_every_real_file_imports_whole(tmp_path, capsys):
+    """Every entry of every real single-turn file becomes a case: none of them is skipped."""
+    assert set(QUESTION_FILES) >= {f"BFCL_v4_{c}.json" for c in ("irrelevance", "live_simple", "multiple", "parallel",
+                                                                 "parallel_multiple", "simple_python")}
+    for name in QUESTION_FILES:
+        line = _import(name, BFCL / name, tmp_path / f"{name}.jsonl", capsys)
+        n = len(_lines(BFCL / name))
+        assert line == f"wrote {n} cases ({category_of(name)} {n}) to {tmp_path / f'{name}.jsonl'}", line
+        assert len(load_cases(tmp_path / f"{name}.jsonl")) == n
 
 
 def test_every_file_imports_and_loads(imported):
@@ -162,9 +185,9 @@ def test_problems_are_one_line_with_file_and_line(tmp_path, capsys):
         convert(q)
     with pytest.raises(ToolfidError, match=r"BFCL_v4_multiple\.json:1: 2 functions offered"):
         convert(q, names_only=True)
-    names = convert(BFCL / "BFCL_v4_simple_python.json", names_only=True)
+    names = convert(BFCL / "BFCL_v4_simple_python.json", names_only=True).cases
     assert all(c["gold_calls"] == [{"name": c["tools"][0]["name"]}] for c in names)
-    with_answers = convert(q, _answers("BFCL_v4_multiple.json"), names_only=True)
+    with_answers = convert(q, _answers("BFCL_v4_multiple.json"), names_only=True).cases
     assert all("options" not in g for c in with_answers for g in c["gold_calls"])
 
     bad = tmp_path / "BFCL_v4_simple.json"
@@ -172,12 +195,12 @@ def test_problems_are_one_line_with_file_and_line(tmp_path, capsys):
     bad.write_text("\n".join([lines[0], "{not json", lines[2]]) + "\n")
     with pytest.raises(ToolfidError, match=rf"{bad}:2: not valid JSON"):
         convert(bad, names_only=True)
-    multi = tmp_path / "BFCL_v4_simple.json"
+    broken = tmp_path / "BFCL_v4_simple.json"
     q0 = json.loads(lines[0])
-    q0["question"] = q0["question"] * 2
-    multi.write_text(json.dumps(q0) + "\n")
-    with pytest.raises(ToolfidError, match=rf"{multi}:1: 2 turns"):
-        convert(multi, names_only=True)
+    q0["function"] = {"name": "not a list"}
+    broken.write_text(json.dumps(q0) + "\n")
+    with pytest.raises(ToolfidError, match=rf"{broken}:1: 'function' must be a list"):
+        convert(broken, names_only=True)
     answers = tmp_path / "answers.json"
     answers.write_text(json.dumps({"id": "nope", "ground_truth": [{"x": {}}]}) + "\n")
     single = tmp_path / "BFCL_v4_parallel.json"
@@ -185,7 +208,7 @@ def test_problems_are_one_line_with_file_and_line(tmp_path, capsys):
     with pytest.raises(ToolfidError, match=rf"{single}:1: question .* has no entry in {answers}"):
         convert(single, answers)
     with pytest.raises(ToolfidError, match="not supported"):
-        convert(tmp_path / "BFCL_v4_multi_turn_base.json")
+        convert(tmp_path / "BFCL_v4_exec_simple.json")
 
     assert cli.main(["import-bfcl", str(q), "--output", str(tmp_path / "o.jsonl")]) == 4
     err = capsys.readouterr().err
@@ -201,3 +224,84 @@ def test_several_files_with_the_answers_folder(tmp_path, capsys):
     assert {c.category for c in cases} == {"parallel", "irrelevance"}
     assert len(cases) == sum(len(_lines(BFCL / n)) for n in names)
     assert "wrote" in capsys.readouterr().out
+
+
+def _derived(tmp_path: Path, source: str, name: str, edit) -> tuple[Path, list[dict]]:
+    """A copy of a real file under another name, ``edit(index, entry)`` applied to each entry."""
+    entries = _lines(BFCL / source)
+    for i, entry in enumerate(entries):
+        edit(i, entry)
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    return path, entries
+
+
+def test_questions_with_no_function_become_irrelevance_cases_with_no_tools(tmp_path, capsys):
+    """BFCL's live_irrelevance has questions with ``"function": []`` (4 of 884 in BFCL v4); one such line
+    used to stop the import of the whole file. Here: the real irrelevance questions, every tenth one's
+    functions emptied, under the live_irrelevance file name."""
+    def empty(i, entry):
+        if i % 10 == 0:
+            entry["function"] = []
+    path, entries = _derived(tmp_path, "BFCL_v4_irrelevance.json", "BFCL_v4_live_irrelevance.json", empty)
+    target = tmp_path / "live_irrelevance.jsonl"
+    line = _import("BFCL_v4_live_irrelevance.json", path, target, capsys)
+    assert line == f"wrote {len(entries)} cases (live_irrelevance {len(entries)}) to {target}"
+    cases = load_cases(target)
+    assert [c.id for c in cases] == [e["id"] for e in entries]
+    no_tools = [c for c in cases if not c.tools]
+    assert [c.id for c in no_tools] == [e["id"] for e in entries if not e["function"]] and len(no_tools) == 24
+    assert all(c.irrelevant and c.expected_calls == [] and c.category == "live_irrelevance" for c in cases)
+    assert all(c.prompt == e["question"][0][-1]["content"].strip() for c, e in zip(cases, entries))
+
+
+def test_entries_that_cannot_be_cases_are_skipped_and_counted(tmp_path, capsys):
+    """Never the whole file for one entry: what cannot be a case is skipped, counted by reason on the
+    summary line (and named with --verbose)."""
+    def odd(i, entry):
+        if i == 3:
+            entry["function"] = []  # a call is expected, nothing is offered
+        elif i in (5, 6):  # a conversation (as 8 live_irrelevance questions are)
+            entry["question"][0][1:1] = [{"role": "assistant", "content": "Which unit?"},
+                                         {"role": "user", "content": "Metres."}]
+        elif i == 7:
+            entry["question"] = entry["question"] * 2
+        elif i == 9:
+            entry["function"][0]["parameters"]["properties"] = {"x": {"type": "HashMap"}}  # a Java type name
+    path, entries = _derived(tmp_path, "BFCL_v4_simple_python.json", "BFCL_v4_simple_python.json", odd)
+    target = tmp_path / "out.jsonl"
+    capsys.readouterr()
+    assert cli.main(["import-bfcl", str(path), "--answers", str(_answers("BFCL_v4_simple_python.json")),
+                     "-o", str(target), "--verbose"]) == 0
+    captured = capsys.readouterr()
+    n = len(entries) - 5
+    assert captured.out == (f"wrote {n} cases (simple_python {n}) to {target}; skipped 5 (conversation with "
+                            "assistant turns: 2, a call expected but no function offered: 1, several turns: 1, "
+                            "tool schema not JSON Schema: 1)\n")
+    assert f"{path}:4: no function offered" in captured.err and f"{path}:6: the question is a conversation" in captured.err
+    assert "'HashMap' is not valid" in captured.err
+    skipped = {entries[i]["id"] for i in (3, 5, 6, 7, 9)}
+    assert [c.id for c in load_cases(target)] == [e["id"] for e in entries if e["id"] not in skipped]
+
+    def everything(i, entry):
+        entry["function"] = []
+    path, _ = _derived(tmp_path, "BFCL_v4_simple_python.json", "BFCL_v4_simple_python.json", everything)
+    assert cli.main(["import-bfcl", str(path), "--names-only", "-o", str(tmp_path / "none.jsonl")]) == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no entry could be imported (skipped 400: a call expected" in err
+    assert not (tmp_path / "none.jsonl").exists()
+
+
+@pytest.mark.parametrize("category,why", [
+    ("multi_turn_base", "executing BFCL's stateful tool back-ends"),
+    ("multi_turn_miss_func", "depends on the execution results of the turns before it"),
+    ("memory", "memory back-end"),
+    ("web_search", "live web searches"),
+    ("live_relevance", "no expected call is given"),
+])
+def test_multi_turn_and_agentic_categories_are_refused_saying_why(tmp_path, capsys, category, why):
+    path = tmp_path / f"BFCL_v4_{category}.json"
+    path.write_text((BFCL / "BFCL_v4_simple_python.json").read_text().splitlines()[0] + "\n")
+    assert cli.main(["import-bfcl", str(path), "-o", str(tmp_path / "o.jsonl")]) == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and why in err and "cannot be imported" in err and str(path) in err

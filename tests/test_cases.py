@@ -36,6 +36,8 @@ def test_loads_tools_list_and_original_single_tool_spec(tmp_path):
     ({**GOOD, "tools": [{"name": "get_weather", "parameters": {"type": "strng"}}]}, "not a valid JSON Schema"),
     ({**GOOD, "max_new_tokens": -3}, "max_new_tokens"),
     ({**GOOD, "surprise": 1}, "surprise"),
+    ({**GOOD, "tools": []}, "expects a call but offers no tools"),
+    ({**GOOD, "tools": [], "gold_tool_name": None, "gold_calls": [{"name": "get_weather"}]}, "offers no tools"),
 ])
 def test_malformed_lines_name_file_and_line(tmp_path, bad, needle):
     path = write(tmp_path, GOOD, bad)
@@ -60,3 +62,15 @@ def test_case_set_hash_tracks_content_not_formatting(tmp_path):
     b = load_cases(write(tmp_path, json.dumps(GOOD, indent=None, separators=(",", ":"))))
     c = load_cases(write(tmp_path, {**GOOD, "prompt": "weather in Rome"}))
     assert case_set_hash(a) == case_set_hash(b) != case_set_hash(c)
+
+
+def test_an_irrelevance_case_may_offer_no_tools(tmp_path):
+    """BFCL's live_irrelevance has questions with ``"function": []``: no tool at all, any call is a false call."""
+    none = {"id": "n", "prompt": "What's 2+2?", "tools": [], "irrelevant": True}
+    null_gold = {"id": "m", "prompt": "Tell me a joke.", "tools": [], "gold_tool_name": None}
+    cases = load_cases(write(tmp_path, GOOD, none, null_gold))
+    assert [(c.id, c.tools, c.irrelevant, c.expected_calls) for c in cases[1:]] == [
+        ("n", [], True, []), ("m", [], True, [])]
+    assert cases[1].gold_tool is None and cases[1].tool_names == []
+    with pytest.raises(ToolfidError, match=r"cases\.jsonl:1: tools"):  # 'tools' stays required
+        load_cases(write(tmp_path, {"id": "x", "prompt": "p", "irrelevant": True}))

@@ -11,6 +11,7 @@ import pytest
 from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.cases.load import load_cases
 
+from .conftest import SHARED
 from .lm_eval_helpers import BIN, lm_eval_cli, metrics, read_run
 
 TOOLFID = str(BIN / "toolfid")
@@ -148,3 +149,149 @@ def test_samples_rescoring_matches_the_lm_eval_run(tmp_path):
     assert payload["summary"]["json_valid_rate"] < 1.0  # the broken adapter answers in prose
     proc = check("--samples", str(samples_file), "--cases", str(cases))
     assert f"{len(samples)} generations: json_valid_rate" in proc.stdout
+
+
+# --- stdin, gold values, streaming -------------------------------------------------------------
+
+HERMES_CALL = f"<tool_call>\n{J}\n</tool_call>"
+
+
+def test_dash_reads_one_generation_from_stdin(tmp_path):
+    """``check -`` and ``--file -`` read the generation from standard input (``-`` used to be taken
+    as the generation text itself)."""
+    tools = json.dumps(TOOLS)
+    for argv in (("-",), ("--file", "-")):
+        proc = check(*argv, "--tools", tools, "--json", stdin=HERMES_CALL)
+        assert proc.returncode == 0, (argv, proc.stdout, proc.stderr)
+        out = json.loads(proc.stdout)
+        assert (out["kind"], out["name"], out["arguments"]) == ("valid", "get_weather", CALL["arguments"])
+        # a multi-line generation is one text, even when its lines look like JSONL
+        two = check(*argv, "--tools", tools, "--json", stdin=J + "\n" + json.dumps({"text": "x"}) + "\n")
+        assert json.loads(two.stdout)["n_calls"] >= 1 and "results" not in json.loads(two.stdout)
+    # empty stdin is an input error in one line; an empty generation is checked as ''
+    for argv in (("-",), ("--file", "-")):
+        proc = check(*argv, "--tools", tools, stdin="")
+        assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and "<stdin>: empty" in proc.stderr
+    proc = check("", "--tools", tools, "--json")
+    assert proc.returncode == 1 and json.loads(proc.stdout)["kind"] == "no_call"
+    # '-' and JSONL on stdin: JSONL is read only when no TEXT is given
+    lines = json.dumps({"text": J, "tools": TOOLS, "gold_tool_name": "get_weather"}) + "\n"
+    assert json.loads(check("--json", stdin=lines * 2).stdout)["summary"]["n"] == 2
+    assert check("-", "--file", str(tmp_path / "x"), stdin=J).returncode == 4
+
+
+def _bfcl_case_file(tmp_path):
+    """simple_python, parallel and irrelevance from ../shared/bfcl through the real import."""
+    from lm_eval_toolfid import cli
+
+    from .test_bfcl_import import BFCL
+
+    out = tmp_path / "bfcl.jsonl"
+    names = ["BFCL_v4_simple_python.json", "BFCL_v4_parallel.json", "BFCL_v4_irrelevance.json"]
+    assert cli.main(["import-bfcl", *(str(BFCL / n) for n in names), "--answers", str(BFCL / "possible_answer"),
+                     "-o", str(out)]) == 0
+    return out, load_cases(out)
+
+
+def _generations(cases):
+    """``{"case_id", "text"}`` lines: reference answers, every third one with a wrong first value, prose
+    for irrelevance cases; with what gold_args must be for each."""
+    from lm_eval_toolfid.cases.bfcl import reference_arguments
+
+    lines, expected = [], {}
+    for i, case in enumerate(cases):
+        if case.irrelevant:
+            lines.append({"case_id": case.id, "text": "That is not something these tools do."})
+            expected[case.id] = None
+            continue
+        calls = [{"name": g.name, "arguments": reference_arguments(g.options)} for g in case.expected_calls]
+        if any(opts == [] for g in case.expected_calls for opts in g.options.values()):
+            continue  # BFCL gives no acceptable value for a parameter: no answer can match
+        wrong = i % 3 == 0 and bool(calls[0]["arguments"])
+        if wrong:
+            key = next(iter(calls[0]["arguments"]))
+            calls[0]["arguments"][key] = "zz-not-an-option"
+        lines.append({"case_id": case.id, "text": json.dumps(calls if len(calls) > 1 else calls[0])})
+        expected[case.id] = not wrong
+    return lines, expected
+
+
+@pytest.mark.skipif(not (SHARED / "bfcl").is_dir(), reason="../shared/bfcl not present")
+def test_records_carry_gold_values_so_bfcl_answers_rescore_without_a_model(tmp_path):
+    path, cases = _bfcl_case_file(tmp_path)
+    lines, expected = _generations(cases)
+    stdin = "".join(json.dumps(x) + "\n" for x in lines)
+    proc = check("--cases", str(path), "--json", stdin=stdin)
+    assert proc.returncode == 1, proc.stderr  # wrong values and irrelevance answers are not valid calls
+    payload = json.loads(proc.stdout)
+    got = {r["case_id"]: r["gold_args"] for r in payload["results"]}
+    assert got == expected
+    tools = {r["case_id"]: r["gold_tool"] for r in payload["results"]}
+    assert all(tools[c] is (None if e is None else True) for c, e in expected.items())
+    judged = [v for v in expected.values() if v is not None]
+    summary = payload["summary"]
+    assert summary["gold_args_match_rate"] == pytest.approx(sum(judged) / len(judged))
+    assert summary["denominators"]["gold_args_match_rate"] == len(judged) > 500
+    assert summary["false_call_rate"] == 0.0 and summary["gold_tool_rate"] == 1.0
+    # the same in text: each line says it, the summary has the rate
+    text = check("--cases", str(path), stdin=stdin).stdout.splitlines()
+    wrong = next(c for c, e in expected.items() if e is False)
+    right = next(c for c, e in expected.items() if e is True)
+    assert next(x for x in text if x.startswith(f"{wrong}: ")).endswith("gold_tool=yes gold_args=no")
+    assert "gold_tool=yes gold_args=yes" in next(x for x in text if x.startswith(f"{right}: "))
+    assert f"gold_args_match_rate {sum(judged) / len(judged):.3f}" in text[-1]
+
+
+def test_gold_arguments_of_a_case_are_checked_exactly():
+    case = next(c for c in load_cases("fixture") if c.gold_arguments)
+    good = json.dumps({"name": case.gold_tool_name, "arguments": case.gold_arguments})
+    out = json.loads(check(good, "--case", case.id, "--cases", "fixture", "--json").stdout)
+    assert (out["kind"], out["gold_tool"], out["gold_args"]) == ("valid", True, True)
+    changed = {**case.gold_arguments, next(iter(case.gold_arguments)): "something else"}
+    bad = json.dumps({"name": case.gold_tool_name, "arguments": changed})
+    out = json.loads(check(bad, "--case", case.id, "--cases", "fixture", "--json").stdout)
+    assert (out["gold_tool"], out["gold_args"]) == (True, False)
+    # no case, no gold: nothing is expected of a shape-only check
+    out = json.loads(check(J, "--json").stdout)
+    assert (out["gold_tool"], out["gold_args"], out["hallucinated"]) == (None, None, None)
+    assert check("--tools", json.dumps(TOOLS), stdin="").returncode == 4
+
+
+def _read_line(stream, seconds: float = 60.0) -> str:
+    """One line from a pipe, or fail after ``seconds`` (the writer has not flushed it)."""
+    import threading
+
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(seconds)
+    assert box, f"no output line within {seconds}s"
+    return box[0]
+
+
+def test_jsonl_writes_each_record_as_it_is_scored_then_a_summary():
+    cases = [c for c in load_cases("fixture")][:5]
+    lines = [json.dumps({"case_id": c.id, "text": json.dumps({"name": c.gold_tool_name,
+                                                             "arguments": c.gold_arguments or {}})})
+             for c in cases] + [json.dumps({"case_id": cases[0].id, "text": "no call here"})]
+    proc = subprocess.Popen([TOOLFID, "check", "--cases", "fixture", "--jsonl"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+    try:
+        proc.stdin.write(lines[0] + "\n")
+        proc.stdin.flush()
+        first = json.loads(_read_line(proc.stdout))  # stdin is still open: the record came out already
+        assert first["case_id"] == cases[0].id and "summary" not in first
+        proc.stdin.write("".join(x + "\n" for x in lines[1:]))
+        proc.stdin.close()
+        rest = [json.loads(x) for x in proc.stdout.read().splitlines()]
+        assert proc.wait(60) == 1  # the last generation is not a call
+    finally:
+        proc.kill()
+    records, summary = [first, *rest[:-1]], rest[-1]
+    assert set(summary) == {"summary"} and summary["summary"]["n"] == len(lines)
+    whole = json.loads(check("--cases", "fixture", "--json", stdin="\n".join(lines) + "\n").stdout)
+    assert records == whole["results"] and summary["summary"] == whole["summary"]
+    one = check("-", "--tools", json.dumps(TOOLS), "--jsonl", stdin=J).stdout.splitlines()
+    assert len(one) == 2 and json.loads(one[0])["kind"] == "valid"
+    assert json.loads(one[1])["summary"]["json_valid_rate"] == 1.0
+    assert check("--json", "--jsonl", J).returncode == 4

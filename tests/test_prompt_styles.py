@@ -13,9 +13,9 @@ from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.cases.load import load_cases
 from lm_eval_toolfid.prompts.chat import TOOLS_IN_SYSTEM, TOOLS_IN_TEMPLATE, TOOLS_IN_USER, ChatPrompter
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.prompts.settings import INSTRUCTION, TEMPLATE_VERSION, PromptSettings
+from lm_eval_toolfid.prompts.settings import INSTRUCTION, TEMPLATE_VERSION, TEMPLATES, PromptSettings
 from lm_eval_toolfid.prompts.prompter import Prompter, render_prompt
-from lm_eval_toolfid.prompts.plain import render_plain
+from lm_eval_toolfid.prompts.plain import pick_demos, render_plain
 from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 
 from .chat_templates import HERMES, IGNORES_TOOLS, NO_SYSTEM
@@ -172,3 +172,42 @@ def test_real_smollm2_template_ignores_tools_so_they_go_in_the_system_message(sm
     system = text.split("<|im_start|>user")[0]
     assert "get_weather" in system and "get_time" in system and "You can call these tools" in system
     assert text.endswith(f"{case.prompt}<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+@pytest.mark.parametrize("demos", [0, 2])
+def test_plain_style_says_a_case_offers_no_tools(template, demos):
+    from lm_eval_toolfid.prompts.plain import ExampleIndex
+    from lm_eval_toolfid.prompts.settings import NO_TOOLS, PRIMER
+
+    case = make_case(id="none", prompt="What's 2+2?", tools=[], gold_tool_name=None)
+    prompter = Prompter("plain", demos=demos, template=template, cases=[make_case(), case])
+    text = prompter.render(case)
+    block = text.split("### Tools\n")[-1]
+    assert block.startswith(f"{NO_TOOLS}\n### Request\nWhat's 2+2?\n### Call\n")
+    assert text.count("### Tools\n") == demos + 1 and text.count(NO_TOOLS) == 1
+    assert text.endswith("### Call\n")  # plain-v3 primes a call only where a tool is offered
+    assert prompter.answer('{"x": 1}', case) == '{"x": 1}'
+    if template == "plain-v3":
+        tooled = make_case()
+        assert prompter.render(tooled).endswith(PRIMER) and prompter.answer('x"}', tooled) == PRIMER + 'x"}'
+    assert ExampleIndex([case, make_case()]).for_case(case) == {}
+    assert render_prompt(case, PromptSettings(style="raw")) == "What's 2+2?"
+
+
+@pytest.mark.parametrize("template,where", [(HERMES, TOOLS_IN_TEMPLATE), (IGNORES_TOOLS, TOOLS_IN_SYSTEM),
+                                            (NO_SYSTEM, TOOLS_IN_USER)])
+def test_chat_style_renders_a_case_with_no_tools_without_a_tools_block(tokenizer, template, where):
+    tokenizer.chat_template = template
+    chat = ChatPrompter(tokenizer, "tiny")
+    case = make_case(prompt="What's 2+2?", tools=[], gold_tool_name=None)
+    messages, tools = chat.messages(case, [], None)
+    assert tools == [] and messages == [{"role": "user", "content": "What's 2+2?"}]
+    text = chat.render(case, [])
+    assert text == tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert "<tools>" not in text and "You can call these tools" not in text and "system" not in text
+    with_system = chat.render(case, [], system_prompt="Be brief.")
+    assert "Be brief." in with_system and "You can call these tools" not in with_system
+    assert ("system" in with_system) == (where != TOOLS_IN_USER)
+    demos = pick_demos(case, 1)  # a demonstration brings its own tool, shown as for every case
+    assert demos[0][0][0].name in chat.render(case, demos)

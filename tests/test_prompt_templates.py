@@ -66,7 +66,7 @@ def test_plain_v3_examples_come_from_other_cases_and_every_tool_gets_one() -> No
                        for c in cases if c.id != case.id)
         assert '"type"' not in block
     assert own_calls == 0
-    assert prompter.answer('get_weather", "arguments": {}}') == '{"name": "get_weather", "arguments": {}}'
+    assert prompter.answer('get_weather", "arguments": {}}', cases[0]) == '{"name": "get_weather", "arguments": {}}'
     assert prompter.settings.fingerprint() not in (PromptSettings().fingerprint(),
                                                    PromptSettings(template="plain-v2", demos=1).fingerprint())
 

@@ -96,3 +96,30 @@ def test_summary_without_base_is_unpaired_and_no_valid_call_means_no_hallucinati
     s = summarize([pair("a", score_generation("nope", case), None)])
     assert not s.paired and s.validity_delta is None
     assert s.get("hallucination_rate") is None and s.n_valid == 0
+
+
+def test_a_case_with_no_tools_makes_any_call_a_false_call():
+    """An irrelevance case that offers no tool (BFCL live_irrelevance's ``"function": []``)."""
+    case = make_case(tools=[], gold_tool_name=None)
+    assert case.irrelevant and case.tools == []
+    made = score_generation(call("get_weather", city="Paris"), case)
+    assert (made.kind, made.keyword, made.attempted) == (OutcomeKind.SCHEMA_ERROR, "unknown_tool", True)
+    assert made.calls[0].offered is False and made.calls[0].hallucinated is True
+    assert made.gold_tool is None and made.gold_args is None
+    two = score_generation(json.dumps([{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}]), case)
+    assert two.n_calls == 2 and all(c.hallucinated and c.keyword == "unknown_tool" for c in two.calls)
+    broken = score_generation('{"name": "get_weather", "arguments": {"city": "Pa', case)
+    assert broken.kind is OutcomeKind.MALFORMED and broken.attempted
+    declined = score_generation("I have no tool for that; 2+2 is 4.", case)
+    assert declined.kind is OutcomeKind.NO_CALL and not declined.attempted
+    surface = score_generation(call("x"), make_case(tools=[], gold_tool_name=None, allowed_tools=[]))
+    assert surface.calls[0].hallucinated is True
+
+    # aggregated with the same functions lm-eval gets: a false call, no validity denominator
+    pairs = [pair(case, made, declined), pair(case, declined, declined), pair(case, broken, made)]
+    s = summarize(pairs)
+    assert (s.n, s.n_relevant, s.n_irrelevant) == (3, 0, 3)
+    assert s.get("false_call_rate") == pytest.approx(2 / 3) and s.get("base_false_call_rate") == pytest.approx(1 / 3)
+    assert s.get("false_call_delta") == pytest.approx(1 / 3)
+    assert s.get("json_valid_rate") is None and s.get("validity_delta") is None
+    assert s.get("name_hallucination_rate") == 1.0 and s.denominators["name_hallucination_rate"] == 1

@@ -14,25 +14,51 @@ Decisions (see docs/bfcl.md):
   templates and models see standard specs;
 - ground truth becomes ``gold_calls`` with BFCL's acceptable-value lists kept as ``options``
   (``""`` = may be omitted, nested option maps inside dicts/lists preserved);
-- ``irrelevance`` categories (no call expected) become ``irrelevant: true`` cases and need no answers.
+- ``irrelevance`` categories (no call expected) become ``irrelevant: true`` cases and need no answers; a
+  question that offers no function at all (``"function": []``, as in ``live_irrelevance``) becomes an
+  irrelevance case with no tools;
+- an entry that is well-formed but cannot be a case (a conversation with assistant turns, several turns,
+  a call expected with no function offered, a tool schema that is not JSON Schema) is skipped and counted
+  by reason (:class:`Conversion`); a malformed file (bad JSON, duplicate ids, answers that do not match)
+  is an error;
+- multi-turn and agentic categories are refused, each with its reason (:data:`REFUSALS`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lm_eval_toolfid.cases.load import parse_case_line
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.fsutil import atomic_write_text
-from lm_eval_toolfid.core.schema import normalize_schema
+from lm_eval_toolfid.core.schema import check_tool_schema, normalize_schema
 
 SINGLE_TURN = ("simple", "simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
                "parallel_multiple", "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple",
                "irrelevance", "live_irrelevance")
 IRRELEVANCE = ("irrelevance", "live_irrelevance")
+
+MULTI_TURN_REFUSAL = (
+    "multi-turn BFCL categories cannot be imported: their answers are checked by executing BFCL's stateful "
+    "tool back-ends (file system, trading, travel, ...) and comparing the resulting states, and each turn's "
+    "request depends on the execution results of the turns before it, which a static case cannot hold")
+
+REFUSALS = {  # category prefix -> why it cannot be imported (other unknown categories: the generic line)
+    "multi_turn": MULTI_TURN_REFUSAL,
+    "memory": "the memory category cannot be imported: its answer is a final text the model reaches by "
+              "executing BFCL's memory back-end (filled from earlier conversations); there is no expected call",
+    "web_search": "the web_search category cannot be imported: its answer is a final text the model reaches by "
+                  "executing live web searches; there is no expected call",
+    "live_relevance": "the live_relevance category cannot be imported: any call to an offered function counts as "
+                      "right (no expected call is given), which a case cannot express",
+    "format_sensitivity": "format_sensitivity is not a questions file (it lists ids of other categories to "
+                          "re-prompt in several formats); import those categories instead",
+}
 
 _FILE_NAME = re.compile(r"^(?:BFCL_v\d+_)?(?P<category>[A-Za-z0-9_]+?)(?:_result|_answer)?\.jsonl?$")
 
@@ -67,13 +93,41 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
+SKIP_MULTI_TURN = "several turns"
+SKIP_CONVERSATION = "conversation with assistant turns"
+SKIP_NO_FUNCTION = "a call expected but no function offered"
+SKIP_SCHEMA = "tool schema not JSON Schema"
+
+
+class Skip(Exception):
+    """An entry that is well-formed but cannot become a case: skipped and counted under ``reason``."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass
+class Conversion:
+    """What one questions file became: the case dicts, and the entries skipped, counted by reason."""
+
+    cases: list[dict[str, Any]] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+    first_skip: dict[str, str] = field(default_factory=dict)
+    """The first skipped entry of each reason, ``file:line: why`` (for ``--verbose``)."""
+
+    def skip(self, reason: str, detail: str) -> None:
+        self.skipped[reason] += 1
+        self.first_skip.setdefault(reason, detail)
+
+
 def prompt_of(question: Any, where: str) -> str:
-    """The case prompt from BFCL's ``question`` (one turn: a list of messages)."""
+    """The case prompt from BFCL's ``question`` (one turn: a list of messages). Raises :class:`Skip` for a
+    question a case cannot hold (several turns; assistant turns), :class:`ToolfidError` for a malformed one."""
     if not isinstance(question, list) or not question:
         raise ToolfidError(f"{where}: 'question' must be a non-empty list of turns")
     if len(question) > 1:
-        raise ToolfidError(f"{where}: {len(question)} turns: multi-turn questions are not supported "
-                           "(single-turn categories only)")
+        raise Skip(SKIP_MULTI_TURN, f"{where}: {len(question)} turns: a multi-turn question cannot be a case")
     turn = question[0]
     if isinstance(turn, dict):  # some files give the message list directly
         turn = [turn]
@@ -88,8 +142,11 @@ def prompt_of(question: Any, where: str) -> str:
             system.append(content.strip())
         elif role == "user":
             user.append(content.strip())
+        elif role == "assistant":
+            raise Skip(SKIP_CONVERSATION, f"{where}: the question is a conversation with assistant turns "
+                                          "(the prompt is one request)")
         else:
-            raise ToolfidError(f"{where}: message role {role!r} is not supported (system and user only)")
+            raise ToolfidError(f"{where}: message role {role!r} is not supported (system, user, assistant)")
     if not any(user):
         raise ToolfidError(f"{where}: the question has no user message")
     return "\n\n".join(p for p in system + user if p)
@@ -123,10 +180,14 @@ def gold_calls_of(answer: dict[str, Any], where: str, names_only: bool) -> list[
 
 
 def convert(questions_path: str | Path, answers_path: str | Path | None = None, *, names_only: bool = False,
-            category: str | None = None) -> list[dict[str, Any]]:
-    """BFCL question (+ answer) files -> case dicts, each already validated as a loadable case."""
+            category: str | None = None) -> Conversion:
+    """BFCL question (+ answer) files -> case dicts, each already validated as a loadable case, and the
+    entries skipped (counted by reason)."""
     qpath = Path(questions_path).expanduser()
     category = category or category_of(qpath)
+    refusal = next((why for prefix, why in REFUSALS.items() if category.startswith(prefix)), None)
+    if refusal is not None:
+        raise ToolfidError(f"{qpath}: {refusal}")
     if not category.startswith(SINGLE_TURN):
         raise ToolfidError(f"{qpath}: BFCL category {category!r} is not supported; single-turn categories: "
                            f"{', '.join(SINGLE_TURN)}")
@@ -143,7 +204,7 @@ def convert(questions_path: str | Path, answers_path: str | Path | None = None, 
         raise ToolfidError(f"{qpath}: category {category!r} needs its answers file (--answers "
                            f"possible_answer/{qpath.name}); or pass --names-only for single-function questions")
 
-    cases: list[dict[str, Any]] = []
+    out = Conversion()
     seen: dict[str, int] = {}
     for lineno, q in _read_jsonl(qpath):
         where = f"{qpath}:{lineno}"
@@ -151,31 +212,51 @@ def convert(questions_path: str | Path, answers_path: str | Path | None = None, 
         if qid in seen:
             raise ToolfidError(f"{where}: duplicate id {qid!r} (first on line {seen[qid]})")
         seen[qid] = lineno
-        functions = q.get("function")
-        if not isinstance(functions, list) or not functions:
-            raise ToolfidError(f"{where}: 'function' must be a non-empty list of function specs")
-        case: dict[str, Any] = {"id": qid, "prompt": prompt_of(q.get("question"), where),
-                                "tools": [tool_of(f, where) for f in functions], "category": category}
-        if irrelevance:
-            case["irrelevant"] = True
-        elif qid in answers:
-            case["gold_calls"] = gold_calls_of(answers[qid][1], f"{apath}:{answers[qid][0]}", names_only)
-        elif apath is not None:
+        if not irrelevance and apath is not None and qid not in answers:
             raise ToolfidError(f"{where}: question {qid!r} has no entry in {apath}")
-        elif len(functions) == 1:  # --names-only without answers: the one offered function
-            case["gold_calls"] = [{"name": case["tools"][0]["name"]}]
-        else:
-            raise ToolfidError(f"{where}: {len(functions)} functions offered and no answers file: the expected "
-                               "call cannot be known; pass --answers")
-        parse_case_line(json.dumps(case, ensure_ascii=False), where)  # one-line error if not loadable
-        cases.append(case)
+        try:
+            case = _case_of(q, qid, where, category, irrelevance,
+                            answers.get(qid), apath, names_only)
+        except Skip as skip:
+            out.skip(skip.reason, str(skip))
+            continue
+        out.cases.append(case)
     if apath is not None and not irrelevance:
         extra = [(ln, aid) for aid, (ln, _) in answers.items() if aid not in seen]
         if extra:
             ln, aid = extra[0]
             raise ToolfidError(f"{apath}:{ln}: answer {aid!r} has no question in {qpath}"
                                + (f" (+{len(extra) - 1} more)" if len(extra) > 1 else ""))
-    return cases
+    return out
+
+
+def _case_of(q: dict[str, Any], qid: str, where: str, category: str, irrelevance: bool,
+             answer: tuple[int, dict[str, Any]] | None, apath: Path | None, names_only: bool) -> dict[str, Any]:
+    """One question -> one case dict, validated as a loadable case (:class:`Skip` if it cannot be one)."""
+    functions = q.get("function")
+    if not isinstance(functions, list):
+        raise ToolfidError(f"{where}: 'function' must be a list of function specs")
+    if not functions and not irrelevance:
+        raise Skip(SKIP_NO_FUNCTION, f"{where}: no function offered, but category {category!r} expects a call")
+    case: dict[str, Any] = {"id": qid, "prompt": prompt_of(q.get("question"), where),
+                            "tools": [tool_of(f, where) for f in functions], "category": category}
+    if irrelevance:
+        case["irrelevant"] = True
+    elif answer is not None:
+        case["gold_calls"] = gold_calls_of(answer[1], f"{apath}:{answer[0]}", names_only)
+    elif len(functions) == 1:  # --names-only without answers: the one offered function
+        case["gold_calls"] = [{"name": case["tools"][0]["name"]}]
+    else:
+        raise ToolfidError(f"{where}: {len(functions)} functions offered and no answers file: the expected "
+                           "call cannot be known; pass --answers")
+    line = json.dumps(case, ensure_ascii=False)
+    for tool in case["tools"]:
+        problem = check_tool_schema(tool["parameters"])
+        if problem:
+            raise Skip(SKIP_SCHEMA, f"{where}: tool {tool['name']!r}: parameters is not a valid JSON Schema: "
+                                    f"{problem}")
+    parse_case_line(line, where)  # one-line error if not loadable
+    return case
 
 
 def write_cases(cases: list[dict[str, Any]], output: str | Path) -> Path:

@@ -1,9 +1,12 @@
 """``toolfid import-bfcl``: BFCL single-turn question/answer files → a case file
-(the conversion is :mod:`lm_eval_toolfid.cases.bfcl`)."""
+(the conversion is :mod:`lm_eval_toolfid.cases.bfcl`). Prints one summary line:
+``wrote N cases (category n, ...) to FILE[; skipped K (reason: n, ...)]``."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -33,19 +36,33 @@ def _answers_for(questions: list[str], answers: list[str]) -> list[Path | None]:
 
 
 def cmd_import_bfcl(args: argparse.Namespace) -> int:
-    cases = []
+    cases: list[dict[str, Any]] = []
+    skipped: Counter[str] = Counter()
+    first_skip: dict[str, str] = {}
     for qfile, afile in zip(args.questions, _answers_for(args.questions, list(args.answers or []))):
-        cases += convert(qfile, afile, names_only=args.names_only, category=args.category)
-    ids = [c["id"] for c in cases]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+        done = convert(qfile, afile, names_only=args.names_only, category=args.category)
+        cases += done.cases
+        skipped.update(done.skipped)
+        for reason, detail in done.first_skip.items():
+            first_skip.setdefault(reason, detail)
+    if not cases:
+        reasons = ", ".join(f"{r}: {n}" for r, n in skipped.most_common())
+        raise ToolfidError(f"no entry could be imported (skipped {sum(skipped.values())}: {reasons}); "
+                           f"nothing written to {args.output}")
+    counts = Counter(c["id"] for c in cases)
+    dupes = sorted(i for i, n in counts.items() if n > 1)
     if dupes:
         raise ToolfidError(f"the same id appears in several questions files: {dupes[0]!r}")
     path = write_cases(cases, args.output)
-    by_cat: dict[str, int] = {}
-    for c in cases:
-        by_cat[c["category"]] = by_cat.get(c["category"], 0) + 1
+    by_cat = Counter(c["category"] for c in cases)
     summary = ", ".join(f"{k} {v}" for k, v in by_cat.items())
-    print(f"wrote {len(cases)} cases ({summary}) to {path}")
+    line = f"wrote {len(cases)} cases ({summary}) to {path}"
+    if skipped:
+        line += f"; skipped {sum(skipped.values())} (" + ", ".join(f"{r}: {n}" for r, n in skipped.most_common()) + ")"
+    print(line)
+    if args.verbose:
+        for reason, detail in first_skip.items():
+            print(f"  first skipped for {reason}: {detail}", file=sys.stderr)
     return 0
 
 
@@ -60,6 +77,7 @@ def add_import_bfcl_command(sub: Any) -> None:
                    help="gold calls by name only (no argument options); without --answers, single-function "
                         "questions take their one function as the gold call")
     p.add_argument("--category", help="category to record (default: from the file name)")
+    p.add_argument("--verbose", "-v", action="store_true", help="name the first skipped entry of each reason")
     p.set_defaults(func=cmd_import_bfcl)
 
 

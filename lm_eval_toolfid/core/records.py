@@ -167,7 +167,8 @@ class Case(BaseModel):
 
     id: str = Field(min_length=1)
     prompt: str = Field(min_length=1)
-    tools: list[ToolSpec] = Field(min_length=1)
+    tools: list[ToolSpec]
+    """The tools offered; empty only for an irrelevance case (no tool at all: any call is a false call)."""
     gold_tool_name: str | None = None
     allowed_tools: list[str] | None = None
     max_new_tokens: int | None = Field(default=None, gt=0, le=8192)
@@ -213,6 +214,9 @@ class Case(BaseModel):
             if self.gold_arguments is not None:
                 raise ValueError("gold_arguments need a gold_tool_name")
             return self
+        if not self.tools:
+            raise ValueError("the case expects a call but offers no tools: 'tools' may be empty only for an "
+                             "irrelevance case (irrelevant: true, or gold_tool_name: null)")
         if self.gold_tool_name is None:
             object.__setattr__(self, "gold_tool_name", calls[0].name)
         if calls and self.gold_arguments is not None:

@@ -5,7 +5,8 @@ itself: ``tokenizer.apply_chat_template(messages, tools=[...], add_generation_pr
 tokenize=False)``. Some templates ignore ``tools`` (SmolLM2's does): that is detected once, by
 rendering a probe conversation with and without a probe tool, and then the tool specs go into a
 system message instead (or, for a template that refuses a system role, in front of the user turn).
-Where the tools went is recorded as ``chat_tools_in``.
+Where the tools went is recorded as ``chat_tools_in``. A case that offers no tool (an irrelevance
+case; demonstrations bring their own tools) is rendered with no ``tools=`` and no tools block.
 """
 
 from __future__ import annotations
@@ -166,7 +167,9 @@ class ChatPrompter:
         if self.tools_in == TOOLS_IN_TEMPLATE:
             head = [{"role": "system", "content": system_prompt}] if system_prompt else []
             return head + turns, tools
-        block = system_tools_text(tools, system_prompt)
+        if not tools and not system_prompt:  # no tool at all (an irrelevance case): no tools block
+            return turns, []
+        block = system_tools_text(tools, system_prompt) if tools else str(system_prompt)
         if self.tools_in == TOOLS_IN_SYSTEM:
             return [{"role": "system", "content": block}, *turns], []
         first = dict(turns[0])

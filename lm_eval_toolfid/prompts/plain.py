@@ -10,7 +10,8 @@ templates (``prompt_template``):
 - ``plain-v3`` (the ``tool_use_fidelity`` task's plain default): signatures, each followed by an
   ``Example:`` call of *that* tool taken from another case of the case file that offers the
   same tool (same name and schema), and the answer started for the model with ``{"name": "``
-  (:data:`PRIMER`; restored in front of the generation before scoring, see :func:`restore_primer`).
+  (:data:`PRIMER`; restored in front of the generation before scoring, see :func:`restore_primer`;
+  a case that offers no tool is not primed).
   Every offered tool gets its example, so the examples show argument formats without telling
   which tool the request needs. Small models copy the parameter *schema* into ``arguments``
   under v1; an example call right under the signature is what they copy instead.
@@ -26,6 +27,7 @@ from typing import Any
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case, ToolSpec
 from lm_eval_toolfid.prompts.settings import (
+    NO_TOOLS,
     PRIMER,
     TEMPLATE_EXAMPLES,
     TEMPLATE_SIGNATURES,
@@ -87,6 +89,8 @@ def _signature(tool: ToolSpec) -> str:
 
 def _render_tools(tools: list[ToolSpec], template: str = TEMPLATE_VERSION,
                   examples: dict[str, dict[str, Any]] | None = None) -> str:
+    if not tools:  # an irrelevance case that offers nothing: said in words, not an empty block
+        return NO_TOOLS
     if template in (TEMPLATE_SIGNATURES, TEMPLATE_EXAMPLES):
         lines = []
         for t in tools:
@@ -161,14 +165,18 @@ def render_plain(case: Case, settings: PromptSettings = PromptSettings(), exampl
               for tools, req, call in pick_demos(case, settings.demos)]
     parts.append(render_block(case.tools, case.prompt, template=settings.template,
                               examples=examples.for_case(case) if v3 and examples is not None else None))
-    if v3:
-        parts.append(PRIMER)
+    parts.append(primer_for(case, settings))
     return "".join(parts)
 
 
 def primer_of(settings: PromptSettings) -> str:
     """The start of the answer the prompt writes for the model ('' when the model writes it all)."""
     return PRIMER if settings.style == "plain" and settings.template == TEMPLATE_EXAMPLES else ""
+
+
+def primer_for(case: Case, settings: PromptSettings) -> str:
+    """:func:`primer_of` for one case: a case that offers no tool is not primed (there is no call to start)."""
+    return primer_of(settings) if case.tools else ""
 
 
 def restore_primer(prompt: Any, text: str) -> str:

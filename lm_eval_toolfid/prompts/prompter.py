@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case
-from lm_eval_toolfid.prompts.plain import ExampleIndex, pick_demos, primer_of, render_plain
+from lm_eval_toolfid.prompts.plain import ExampleIndex, pick_demos, primer_for, primer_of, render_plain
 from lm_eval_toolfid.prompts.settings import (
     PROMPT_STYLES,
     TEMPLATE_EXAMPLES,
@@ -63,9 +63,9 @@ class Prompter:
     def render(self, case: Case) -> str:
         return render_prompt(case, self.settings, self.chat, self.examples)
 
-    def answer(self, text: str) -> str:
-        """A generation as the whole answer (the primer put back in front)."""
-        return self.primer + text
+    def answer(self, text: str, case: Case) -> str:
+        """A generation as the whole answer (the primer the case's prompt ended with put back in front)."""
+        return primer_for(case, self.settings) + text
 
     def provenance(self) -> dict[str, Any]:
         out: dict[str, Any] = {"prompt_style": self.settings.style}

@@ -19,6 +19,9 @@ INSTRUCTION = (
     "whose arguments follow the tool's parameter schema. Use only the tools listed for that request."
 )
 
+NO_TOOLS = "(none: no tool is available for this request)"
+"""What the plain templates show under ``### Tools`` for a case that offers no tool."""
+
 STOP_SEQUENCES = ["\n###"]
 
 PROMPT_STYLES = ("plain", "chat", "raw")

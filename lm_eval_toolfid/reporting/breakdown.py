@@ -18,6 +18,10 @@ from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.reporting.load import Run, iter_samples
 
 
+NO_CALL_EXPECTED = "(no call expected)"
+"""The per-tool row of irrelevance cases (their ``gold_tool_name`` is empty; they may offer no tool)."""
+
+
 @dataclass
 class CaseRow:
     case_id: str
@@ -164,9 +168,9 @@ def breakdown(run: Run, base_runs: list[Run] | None = None) -> Breakdown | None:
         base_text = texts.get(cid)
         if base_text is None and isinstance(base, dict):
             base_text = _render_call(base)
-        cases.append(CaseRow(case_id=cid, prompt=str(doc.get("prompt", "")), gold_tool=str(doc.get("gold_tool_name", "?")),
-                             ft=ft, base=base if isinstance(base, dict) else None, ft_text=_text(s),
-                             base_text=base_text))
+        gold_tool = str(doc.get("gold_tool_name", "?")) or NO_CALL_EXPECTED
+        cases.append(CaseRow(case_id=cid, prompt=str(doc.get("prompt", "")), gold_tool=gold_tool, ft=ft,
+                             base=base if isinstance(base, dict) else None, ft_text=_text(s), base_text=base_text))
     paired = any(c.base is not None for c in cases)
     tools: dict[str, ToolRow] = {}
     kinds_ft: Counter[str] = Counter()

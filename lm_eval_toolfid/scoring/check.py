@@ -1,5 +1,6 @@
 """Scoring one generation without a model, for ``toolfid check``: the outcome from the one scoring
-core, plus what the parser found per call (format, name) and where a schema error is."""
+core, plus what the parser found per call (format, name), where a schema error is, and the gold
+results (``gold_tool``, ``gold_args``: :attr:`Outcome.gold_tool` / :attr:`Outcome.gold_args`)."""
 
 from __future__ import annotations
 
@@ -34,12 +35,13 @@ class Checked:
             "name": o.name,
             "arguments": o.arguments,
             "hallucinated": o.hallucinated,
+            "gold_tool": o.gold_tool,
+            "gold_args": o.gold_args,
             "n_calls": o.n_calls,
             "calls": calls,
         }
         if not self.schema_checked:
             out["schema_checked"] = False
-            out["hallucinated"] = None
         return out
 
 
@@ -75,8 +77,13 @@ def _parse_only_case(text: str, case_id: str) -> Case:
 
 
 def check_text(text: str, case: Case | None, case_id: str = "input") -> Checked:
+    """Score ``text`` against ``case``; with no case, the shape only: nothing is expected, so the outcome
+    carries no hallucination or gold judgement (and adds nothing to those metrics)."""
     if case is None:
         c = _parse_only_case(text, case_id)
-        return Checked(c, text, score_generation(text, c), schema_checked=False)
+        o = score_generation(text, c)
+        o = o.model_copy(update={"hallucinated": None, "gold_tool": None, "gold_args": None,
+                                 "calls": [k.model_copy(update={"hallucinated": None}) for k in o.calls]})
+        return Checked(c, text, o, schema_checked=False)
     return Checked(case, text, score_generation(text, case))
 
