@@ -300,6 +300,14 @@ def test_solve_n_says_when_no_n_works():
     assert capped.n is None and "n=300" in capped.reason
     with pytest.raises(ToolfidError):
         pw.solve_n(pw.Scenario.with_drop(0.9, 0.0, 0.04))
+    # where P(FAIL) goes as n grows, and that the exact rates go there
+    assert pw.limit_fail_rate(pw.Scenario.with_drop(0.9, 0.03, 0.04), POINT) == 0.0
+    assert pw.limit_fail_rate(pw.Scenario.with_drop(0.9, 0.07, 0.04), POINT) == 1.0
+    assert pw.limit_fail_rate(pw.Scenario.with_drop(0.9, 0.05, 0.04), POINT) == 0.5
+    assert pw.limit_fail_rate(pw.Scenario(0.0, 0.0, 0.5), POINT) == 0.0  # the base never reaches 0.2
+    assert pw.limit_fail_rate(pw.Scenario(0.5, 0.0, 0.0, halluc_adapter=0.3), POINT) == 1.0
+    assert pw.fail_rate(pw.Scenario.with_drop(0.9, 0.03, 0.04), 20_000) < 1e-6
+    assert pw.fail_rate(pw.Scenario.with_drop(0.9, 0.07, 0.04), 20_000) > 1 - 1e-6
 
 
 def test_solve_drop_is_the_smallest_drop_caught():

@@ -23,7 +23,7 @@ Every decision is the real rule of :func:`lm_eval_toolfid.scoring.verdict.judge`
   computing every compared number with the same floating-point operations as ``summarize``; an
   interval bound within 1e-9 of the floor is recomputed by the real
   :func:`~lm_eval_toolfid.core.stats.paired_difference_ci`. ``tests/test_power.py`` proves the two
-  paths equal on every table with n ≤ 30.
+  paths equal on every table with n ≤ 20 and n = 30 (and with hallucinated calls, n ≤ 8).
 
 Rates come from exact sums over the multinomial tables (:func:`verdict_rates`; tails of total mass
 below ``tol`` are left out and reported as ``missing``) or from a seeded Monte Carlo
@@ -32,6 +32,7 @@ below ``tol`` are left out and reported as ``missing``) or from a seeded Monte C
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Sequence
@@ -61,8 +62,8 @@ N_MAX = 100_000
 """Largest n :func:`solve_n` searches."""
 MAX_TABLES = 40_000_000
 """Largest enumeration the exact tables path takes on (noninferiority mode, hallucination rates)."""
-Z95 = 1.959964
-"""The z of the 95% interval, as :func:`paired_difference_ci` uses it."""
+Z95: float = inspect.signature(paired_difference_ci).parameters["z"].default
+"""The z of the verdict's 95% interval: :func:`paired_difference_ci`'s own default."""
 _BORDER = 1e-9
 """An interval bound this close to the floor is recomputed by the real function."""
 
@@ -609,7 +610,12 @@ def limit_fail_rate(scenario: Scenario, config: VerdictConfig) -> float:
         return 1.0 if value > threshold else 0.0
 
     p, mb = scenario.base_validity, config.min_base_validity
-    base = 1.0 if (p > mb + 1e-12 or mb == 0 or p in (0.0, 1.0)) else (0.5 if abs(p - mb) <= 1e-12 else 0.0)
+    if p > mb + 1e-12 or mb == 0:
+        base = 1.0
+    elif abs(p - mb) <= 1e-12:
+        base = 1.0 if p in (0.0, 1.0) else 0.5  # exactly on the threshold: certain only without variance
+    else:
+        base = 0.0
     validity = side(scenario.drop, -config.validity_delta_floor, scenario.discordance > 0)
     halluc = 0.0
     if p - scenario.drop > 0 and scenario.hallucinates:
@@ -663,6 +669,9 @@ def solve_n(scenario: Scenario, config: VerdictConfig = VerdictConfig(), power: 
     if scenario.drop <= 0:
         raise ToolfidError(f"a drop of {scenario.drop:.3f} is no regression: give a drop > 0")
     _check_n(n_max)
+    if scenario.gained > scenario.base_validity:
+        raise ToolfidError(f"the faithful counterpart (lost = gained = {scenario.gained:.3f}) is impossible for a "
+                           f"base validity of {scenario.base_validity:.2f}: lower the discordance")
     faithful = scenario.faithful()
     reason = _infeasible(scenario, faithful, config, power, alpha)
     if reason:
