@@ -427,6 +427,13 @@ def test_cli_bad_input_is_one_line_exit_4(capsys, argv, needle):
     assert len(err.strip().splitlines()) == 1
 
 
+def test_cli_defaults_agree_with_the_library():
+    from lm_eval_toolfid.cli import power as cli_power
+
+    assert (cli_power.DEFAULT_DISCORDANCE, cli_power.DEFAULT_POWER, cli_power.DEFAULT_ALPHA, cli_power.N_MAX) == (
+        pw.DEFAULT_DISCORDANCE, pw.DEFAULT_POWER, pw.DEFAULT_ALPHA, pw.N_MAX)
+
+
 def test_cli_entry_point():
     proc = subprocess.run([str(BIN / "toolfid"), "power", "--p", "0.9", "--n", "268", "--drop", "0.1"],
                           capture_output=True, text=True, timeout=120)

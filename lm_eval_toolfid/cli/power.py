@@ -15,6 +15,12 @@ from lm_eval_toolfid.core.errors import ToolfidError
 DEFAULT_NS = (50, 100, 200, 268, 500, 1000)
 DEFAULT_DROPS = (0.0, 0.02, 0.05, 0.1, 0.2)
 PLOT_STEP = 0.005
+# planning defaults, as lm_eval_toolfid.scoring.power has them (kept here so `toolfid --help` needs no numpy;
+# tests/test_power.py checks they agree)
+DEFAULT_DISCORDANCE = 0.04
+DEFAULT_POWER = 0.8
+DEFAULT_ALPHA = 0.05
+N_MAX = 100_000
 
 
 def _percent(x: float) -> str:
@@ -260,9 +266,10 @@ def _write_svg(path: Path, args: argparse.Namespace, config, ns: list[int], drop
     from lm_eval_toolfid.reporting.power_chart import power_chart
     from lm_eval_toolfid.scoring import power as pw
 
-    top = max(max(drops), 0.0)
-    steps = int(round((top - min(min(drops), 0.0)) / PLOT_STEP))
-    fine = sorted(set(drops) | {round(min(min(drops), 0.0) + i * PLOT_STEP, 6) for i in range(steps + 1)})
+    step = PLOT_STEP * (2 if any(h) else 1)  # every point of a hallucination plot sums over whole tables
+    start, top = min(min(drops), 0.0), max(max(drops), 0.0)
+    steps = int(round((top - start) / step))
+    fine = sorted(set(drops) | {round(start + i * step, 6) for i in range(steps + 1)})
     fine = [d for d in fine if d <= args.p - discordance / 2 + 1e-12 and discordance / 2 + d >= -1e-12]
     if any(h):
         rows = [[r.fail_rate for r in row] for row in pw.grid(args.p, ns, fine, discordance, config, *h,
@@ -275,6 +282,9 @@ def _write_svg(path: Path, args: argparse.Namespace, config, ns: list[int], drop
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from lm_eval_toolfid.scoring.verdict import VerdictConfig
+
+    defaults = VerdictConfig()
     p = sub.add_parser(
         "power", help="how often the verdict is wrong: P(PASS/FAIL/UNDECIDED) for n cases, the n needed",
         description="Error rates of the verdict under the paired binomial model (docs/power.md): n independent "
@@ -287,20 +297,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, help="number of cases (expecting a call)")
     p.add_argument("--drop", type=float, help="the adapter's net validity drop, lost − gained (default 0: faithful)")
     p.add_argument("--discordance", type=float,
-                   help="cases a faithful adapter changes, lost + gained, split evenly; a drop adds to lost "
-                        "(default 0.04)")
+                   help=f"cases a faithful adapter changes, lost + gained, split evenly; a drop adds to lost "
+                        f"(default {DEFAULT_DISCORDANCE:g})")
     p.add_argument("--lost", type=float, help="share of cases valid under the base, invalid under the adapter")
     p.add_argument("--gained", type=float, help="share of cases invalid under the base, valid under the adapter")
-    p.add_argument("--floor", type=float, help="validity_delta_floor (default -0.05)")
-    p.add_argument("--gate-mode", dest="gate_mode", choices=("point", "noninferiority"), help="default point")
-    p.add_argument("--min-base-validity", dest="min_base_validity", type=float, help="default 0.2")
+    p.add_argument("--floor", type=float, help=f"validity_delta_floor (default {defaults.validity_delta_floor:g})")
+    p.add_argument("--gate-mode", dest="gate_mode", choices=("point", "noninferiority"),
+                   help=f"default {defaults.gate_mode}")
+    p.add_argument("--min-base-validity", dest="min_base_validity", type=float,
+                   help=f"default {defaults.min_base_validity:g}")
     p.add_argument("--halluc-base", dest="halluc_base", type=float,
                    help="share of the base's valid calls naming an undeclared tool (default 0)")
     p.add_argument("--halluc-adapter", dest="halluc_adapter", type=float,
                    help="the same for the adapter (default 0)")
-    p.add_argument("--halluc-cap", dest="halluc_cap", type=float, help="hallucination_cap (default 0.10)")
+    p.add_argument("--halluc-cap", dest="halluc_cap", type=float,
+                   help=f"hallucination_cap (default {defaults.hallucination_cap:g})")
     p.add_argument("--hallucination-gate", dest="hallucination_gate", choices=("delta", "absolute"),
-                   help="default delta")
+                   help=f"default {defaults.hallucination_gate}")
     p.add_argument("--design-effect", dest="design_effect", type=float,
                    help="variance inflation from correlated cases (e.g. by tool): the model runs at n / this "
                         "(default 1: independent cases)")
@@ -308,12 +321,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the smallest n whose P(FAIL | drop) ≥ --power while a faithful adapter's ≤ --alpha")
     p.add_argument("--solve-drop", dest="solve_drop", action="store_true",
                    help="the smallest drop caught (FAIL) with probability ≥ --power at --n cases")
-    p.add_argument("--power", type=float, help="target P(FAIL) for the drop (default 0.8)")
-    p.add_argument("--alpha", type=float, help="largest false-alarm rate, P(FAIL | faithful) (default 0.05)")
-    p.add_argument("--n-max", dest="n_max", type=int, help="--solve-n searches up to this n (default 100000)")
+    p.add_argument("--power", type=float, help=f"target P(FAIL) for the drop (default {DEFAULT_POWER:g})")
+    p.add_argument("--alpha", type=float,
+                   help=f"largest false-alarm rate, P(FAIL | faithful) (default {DEFAULT_ALPHA:g})")
+    p.add_argument("--n-max", dest="n_max", type=int, help=f"--solve-n searches up to this n (default {N_MAX})")
     p.add_argument("--table", action="store_true", help="a grid of rates over --ns × --drops")
-    p.add_argument("--ns", type=lambda t: _numbers(int, t), help="table rows (default 50,100,200,268,500,1000)")
-    p.add_argument("--drops", type=lambda t: _numbers(float, t), help="table columns (default 0,0.02,0.05,0.1,0.2)")
+    p.add_argument("--ns", type=lambda t: _numbers(int, t),
+                   help=f"table rows (default {','.join(map(str, DEFAULT_NS))})")
+    p.add_argument("--drops", type=lambda t: _numbers(float, t),
+                   help=f"table columns (default {','.join(f'{d:g}' for d in DEFAULT_DROPS)})")
     p.add_argument("--svg", metavar="FILE", help="write the grid as a plot: P(FAIL) against the drop, one line per n")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--mc", type=int, metavar="RUNS", help="estimate by seeded Monte Carlo instead of exact sums")
