@@ -122,7 +122,7 @@ def _check_modes(args: argparse.Namespace) -> str:
     if mode in ("rates", "solve_drop") and args.n is None:
         raise ToolfidError(f"{'--solve-drop' if mode == 'solve_drop' else 'this question'} needs --n (the number of cases)")
     if mode in ("solve_n", "table") and args.n is not None:
-        raise ToolfidError("--solve-n finds n and --table takes --ns: do not give --n" if mode == "solve_n"
+        raise ToolfidError("--solve-n finds n: do not give --n" if mode == "solve_n"
                            else "--table takes its sizes from --ns: do not give --n")
     if args.n is not None and args.n < 1:
         raise ToolfidError(f"--n must be a positive number of cases (got {args.n})")
