@@ -120,7 +120,8 @@ def _check_modes(args: argparse.Namespace) -> str:
         raise ToolfidError("ask one question: --solve-n, --solve-drop, or --table/--svg")
     mode = modes[0] if modes else "rates"
     if mode in ("rates", "solve_drop") and args.n is None:
-        raise ToolfidError(f"{'--solve-drop' if mode == 'solve_drop' else 'this question'} needs --n (the number of cases)")
+        asker = "--solve-drop" if mode == "solve_drop" else "this question"
+        raise ToolfidError(f"{asker} needs --n (the number of cases)")
     if mode in ("solve_n", "table") and args.n is not None:
         raise ToolfidError("--solve-n finds n: do not give --n" if mode == "solve_n"
                            else "--table takes its sizes from --ns: do not give --n")
