@@ -22,13 +22,14 @@ from lm_eval_toolfid.cli import (
     gate,
     import_bfcl,
     lm_eval,
+    power,
     report,
     run,
     tasks_path,
 )
 from lm_eval_toolfid.core.errors import EXIT_INPUT, guard
 
-COMMANDS = (run, demo, compare, report, gate, check, import_bfcl, calibrate, fixtures, tasks_path, lm_eval)
+COMMANDS = (run, demo, compare, report, gate, check, power, import_bfcl, calibrate, fixtures, tasks_path, lm_eval)
 
 DESCRIPTION = ("did a LoRA adapter keep the base model's tool-calling behaviour? Run both views in one process, "
                "compare and report runs, gate CI, calibrate.")

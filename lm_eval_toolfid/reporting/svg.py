@@ -150,3 +150,56 @@ def heatmap(title: str, rows: Sequence[str], cols: Sequence[str], values: Sequen
     body.append(f'<text x="8" y="{height - 8}" fill="#555">validity rate change on each tool\'s cases, '
                 "adapter − base (red: lost, green: gained)</text>")
     return _svg(width, height, title, body)
+
+
+def line_chart(title: str, series: Sequence[tuple[str, Sequence[float], Sequence[float]]], x_label: str,
+               y_label: str, x_range: tuple[float, float], y_range: tuple[float, float] = (0.0, 1.0),
+               hlines: Sequence[tuple[float, str]] = (), vlines: Sequence[tuple[float, str]] = (),
+               marks: Sequence[Sequence[tuple[float, float]]] = (), note: str = "",
+               width: int = 720, height: int = 380) -> str:
+    """Lines through (x, y) points, one per series (legend on the right), dashed reference lines,
+    and optional dots (``marks[i]``: the points of series ``i`` to mark)."""
+    left, right, top, bottom = 52, 150, 30, 58
+    (x0, x1), (y0, y1) = x_range, y_range
+    plot_w, plot_h = width - left - right, height - top - bottom
+
+    def x(v: float) -> float:
+        return left + plot_w * (min(max(v, x0), x1) - x0) / ((x1 - x0) or 1.0)
+
+    def y(v: float) -> float:
+        return top + plot_h * (1 - (min(max(v, y0), y1) - y0) / ((y1 - y0) or 1.0))
+
+    body = [f'<text x="{left}" y="18" font-size="13" font-weight="bold">{esc(title)}</text>']
+    for i in range(6):
+        vy = y0 + (y1 - y0) * i / 5
+        vx = x0 + (x1 - x0) * i / 5
+        body.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(vy):.1f}" y2="{y(vy):.1f}" stroke="#eee"/>'
+                    f'<text x="{left - 4}" y="{y(vy) + 4:.1f}" text-anchor="end">{vy:g}</text>'
+                    f'<line x1="{x(vx):.1f}" x2="{x(vx):.1f}" y1="{top + plot_h}" y2="{top + plot_h + 4}" stroke="#333"/>'
+                    f'<text x="{x(vx):.1f}" y="{top + plot_h + 16}" text-anchor="middle">{vx:g}</text>')
+    body.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#333"/>')
+    body.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - bottom + 34}" text-anchor="middle">{esc(x_label)}</text>'
+                f'<text x="14" y="{top + plot_h / 2:.1f}" text-anchor="middle" '
+                f'transform="rotate(-90 14 {top + plot_h / 2:.1f})">{esc(y_label)}</text>')
+    for value, label in hlines:
+        body.append(f'<line class="ref" x1="{left}" x2="{left + plot_w}" y1="{y(value):.1f}" y2="{y(value):.1f}" '
+                    f'stroke="#888" stroke-dasharray="4 3"/><text x="{left + plot_w - 4}" y="{y(value) - 3:.1f}" '
+                    f'text-anchor="end" fill="#555">{esc(label)}</text>')
+    for value, label in vlines:
+        body.append(f'<line class="ref" x1="{x(value):.1f}" x2="{x(value):.1f}" y1="{top}" y2="{top + plot_h}" '
+                    f'stroke="#888" stroke-dasharray="4 3"/><text x="{x(value) + 3:.1f}" y="{top + 12}" '
+                    f'fill="#555">{esc(label)}</text>')
+    for si, (name, xs, ys) in enumerate(series):
+        colour = PALETTE[si % len(PALETTE)]
+        points = " ".join(f"{x(a):.1f},{y(b):.1f}" for a, b in zip(xs, ys))
+        body.append(f'<polyline class="series" points="{points}" fill="none" stroke="{colour}" stroke-width="2">'
+                    f"<title>{esc(name)}</title></polyline>")
+        for a, b in (marks[si] if si < len(marks) else ()):
+            body.append(f'<circle cx="{x(a):.1f}" cy="{y(b):.1f}" r="3" fill="{colour}">'
+                        f"<title>{esc(name)}: {b:.3f} at {a:g}</title></circle>")
+        ly = top + 8 + 16 * si
+        body.append(f'<line x1="{width - right + 12}" x2="{width - right + 30}" y1="{ly}" y2="{ly}" stroke="{colour}" '
+                    f'stroke-width="2"/><text x="{width - right + 34}" y="{ly + 4}">{esc(name)}</text>')
+    if note:
+        body.append(f'<text x="{left}" y="{height - 8}" fill="#555">{esc(note)}</text>')
+    return _svg(width, height, title, body)

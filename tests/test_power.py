@@ -1,0 +1,444 @@
+"""``toolfid power``: the verdict's error rates under the paired binomial model.
+
+The fast decision is proven equal to the real ``summarize`` + ``judge`` on every table for small n;
+exact sums agree with brute force through the real scoring path, with Monte Carlo and with a
+per-case simulation through ``summarize``/``judge``; the inverse questions meet their targets; the
+CLI answers in one line and refuses bad input with exit 4.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import xml.etree.ElementTree as ET
+from collections import Counter
+from itertools import product
+
+import numpy as np
+import pytest
+
+from lm_eval_toolfid.cli import main
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.core.records import Outcome, OutcomeKind, PairScore
+from lm_eval_toolfid.scoring import power as pw
+from lm_eval_toolfid.scoring.metrics import summarize
+from lm_eval_toolfid.scoring.verdict import VerdictConfig, judge
+from tests.lm_eval_helpers import BIN
+
+CODE = {"PASS": pw.PASS, "FAIL": pw.FAIL, "UNDECIDED": pw.UNDECIDED}
+POINT = VerdictConfig()
+NONINF = VerdictConfig(gate_mode="noninferiority")
+
+
+def tables(n: int) -> list[tuple[int, int, int, int]]:
+    return [(a, b, c, n - a - b - c) for a in range(n + 1) for b in range(n + 1 - a) for c in range(n + 1 - a - b)]
+
+
+# --- the decision: fast path == summarize + judge ----------------------------------------------
+
+def test_fast_decision_equals_judge_on_every_table_up_to_20_cases_and_at_30():
+    configs = [POINT, NONINF,
+               VerdictConfig(gate_mode="noninferiority", validity_delta_floor=-0.1, min_base_validity=0.5),
+               VerdictConfig(validity_delta_floor=0.0, min_base_validity=0.0)]
+    checked = Counter()
+    sizes = [*range(1, 21), 30]
+    for n in sizes:
+        ts = tables(n)
+        summaries = [summarize(pw.pairs_for_table(*t)) for t in ts]
+        for config in configs:
+            fast = pw.decide(*np.array(ts).T, config)
+            plain = np.array([CODE[judge(s, config).label] for s in summaries])
+            mismatched = [ts[i] for i in np.flatnonzero(fast != plain)]
+            assert mismatched == [], (n, config, mismatched[:5])
+            checked.update(plain.tolist())
+    assert sum(checked.values()) == 4 * sum(len(tables(n)) for n in sizes)
+    assert all(checked[code] > 1000 for code in (pw.PASS, pw.FAIL, pw.UNDECIDED))  # every outcome exercised
+
+
+def test_fast_decision_equals_judge_with_hallucinated_calls():
+    configs = [POINT, VerdictConfig(gate_mode="noninferiority", hallucination_cap=0.0),
+               VerdictConfig(hallucination_cap=0.25), VerdictConfig(hallucination_gate="absolute", hallucination_cap=0.2)]
+    total = 0
+    for n in range(1, 9):
+        rows = [(*t, ka, kb) for t in tables(n) for ka in range(t[0] + t[2] + 1) for kb in range(t[0] + t[1] + 1)]
+        summaries = [summarize(pw.pairs_for_table(*r)) for r in rows]
+        arr = np.array(rows).T
+        for config in configs:
+            fast = pw.decide(*arr[:4], config, arr[4], arr[5])
+            plain = np.array([CODE[judge(s, config).label] for s in summaries])
+            assert np.array_equal(fast, plain), (n, config)
+            total += len(rows)
+    assert total > 25_000
+
+
+def test_pairs_for_table_is_the_table():
+    s = summarize(pw.pairs_for_table(5, 3, 2, 10, k_adapter=2, k_base=1))
+    assert s.n == 20 and s.validity_discordant == (3, 2)
+    assert s.base_json_valid_rate == pytest.approx(8 / 20) and s.json_valid_rate == pytest.approx(7 / 20)
+    assert s.get("hallucination_delta") == pytest.approx(2 / 7 - 1 / 8)
+    with pytest.raises(ValueError):
+        pw.pairs_for_table(1, 0, 0, 0, k_adapter=2)
+
+
+# --- exact sums ---------------------------------------------------------------------------------
+
+def _multinomial(t, cells):
+    n = sum(t)
+    coef = math.factorial(n)
+    prob = 1.0
+    for k, q in zip(t, cells):
+        coef //= math.factorial(k)
+        prob *= q ** k
+    return coef * prob
+
+
+def _binom(k, m, q):
+    return math.comb(m, k) * q ** k * (1 - q) ** (m - k)
+
+
+SCENARIOS = [
+    pw.Scenario(0.9, 0.12, 0.02),
+    pw.Scenario(0.6, 0.05, 0.05),
+    pw.Scenario(0.3, 0.1, 0.0),
+    pw.Scenario(0.5, 0.0, 0.0),
+    pw.Scenario(0.7, 0.1, 0.2, halluc_base=0.1, halluc_adapter=0.3),
+    pw.Scenario(0.22, 0.02, 0.3, halluc_base=0.05, halluc_adapter=0.05),
+]
+CONFIGS = [POINT, NONINF, VerdictConfig(gate_mode="noninferiority", hallucination_gate="absolute",
+                                        hallucination_cap=0.2, validity_delta_floor=-0.1)]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.describe())
+def test_exact_sum_equals_brute_force_through_judge(scenario):
+    """Every table (and hallucinated count) weighted by its probability, each judged by the real path."""
+    n = 12 if not scenario.hallucinates else 7
+    cells = scenario.cells()
+    totals = {c: np.zeros(3) for c in range(len(CONFIGS))}
+    for t in tables(n):
+        p_t = _multinomial(t, cells)
+        if p_t == 0:
+            continue
+        n_a, n_b = t[0] + t[2], t[0] + t[1]
+        ks = product(range(n_a + 1), range(n_b + 1)) if scenario.hallucinates else [(0, 0)]
+        for ka, kb in ks:
+            p = p_t * _binom(ka, n_a, scenario.halluc_adapter) * _binom(kb, n_b, scenario.halluc_base)
+            if p == 0:
+                continue
+            summary = summarize(pw.pairs_for_table(*t, k_adapter=ka, k_base=kb))
+            for c, config in enumerate(CONFIGS):
+                totals[c][CODE[judge(summary, config).label]] += p
+    for c, config in enumerate(CONFIGS):
+        exact = pw.verdict_rates(scenario, n, config)
+        got = np.array([exact.pass_rate, exact.fail_rate, exact.undecided_rate])
+        assert exact.missing <= 1e-11
+        assert np.allclose(got, totals[c], atol=1e-11 + exact.missing), (config, got, totals[c])
+
+
+@pytest.mark.parametrize("scenario", [pw.Scenario(0.9, 0.12, 0.02), pw.Scenario(0.6, 0.1, 0.1),
+                                      pw.Scenario(0.23, 0.04, 0.02), pw.Scenario(0.5, 0.0, 0.0),
+                                      pw.Scenario(0.95, 0.3, 0.05), pw.Scenario(0.4, 0.0, 0.6)],
+                         ids=lambda s: s.describe())
+@pytest.mark.parametrize("n", [1, 7, 50, 268, 1000])
+def test_discordant_cells_path_equals_tables_path(scenario, n):
+    """The fast exact path (discordant cells only) against the general one (every table)."""
+    fast = pw.verdict_rates(scenario, n, POINT, method="discordant")
+    full = pw.verdict_rates(scenario, n, POINT, method="tables")
+    tol = fast.missing + full.missing + 1e-12
+    for label in ("PASS", "FAIL", "UNDECIDED"):
+        assert fast.rate(label) == pytest.approx(full.rate(label), abs=tol)
+    # P(FAIL) is the same in both gate modes: either FAILs exactly when delta < floor
+    noninf = pw.verdict_rates(scenario, n, NONINF)
+    assert noninf.fail_rate == pytest.approx(full.fail_rate, abs=2 * tol)
+    assert pw.fail_rate(scenario, n, NONINF) == pytest.approx(noninf.fail_rate, abs=2 * tol)
+    assert noninf.pass_rate <= full.pass_rate + tol  # noninferiority only turns PASSes into UNDECIDED
+
+
+MC_GRID = [
+    (pw.Scenario(0.9, 0.12, 0.02), 50, POINT),
+    (pw.Scenario(0.9, 0.07, 0.02), 268, NONINF),
+    (pw.Scenario(0.6, 0.05, 0.05), 100, NONINF),
+    (pw.Scenario(0.25, 0.04, 0.01), 80, NONINF),
+    (pw.Scenario(0.8, 0.05, 0.05, halluc_base=0.05, halluc_adapter=0.12), 150, POINT),
+    (pw.Scenario(0.7, 0.1, 0.05, halluc_base=0.02, halluc_adapter=0.06), 60, NONINF),
+    (pw.Scenario(0.5, 0.02, 0.02, halluc_base=0.0, halluc_adapter=0.15), 200,
+     VerdictConfig(hallucination_gate="absolute", hallucination_cap=0.15)),
+    (pw.Scenario(0.9, 0.1, 0.0), 1000, NONINF),
+]
+
+
+def _within(mc: float, exact: float, runs: int, k: float = 4.0) -> bool:
+    return abs(mc - exact) <= k * math.sqrt(exact * (1 - exact) / runs) + 1.0 / runs
+
+
+@pytest.mark.parametrize("scenario,n,config", MC_GRID, ids=[f"{s.describe()} n={n}" for s, n, _ in MC_GRID])
+def test_exact_agrees_with_monte_carlo(scenario, n, config):
+    exact = pw.verdict_rates(scenario, n, config)
+    mc = pw.simulate_rates(scenario, n, config, runs=20_000, seed=7)
+    assert mc.method == "monte carlo" and mc.runs == 20_000 and len(mc.se) == 3
+    assert exact.pass_rate + exact.fail_rate + exact.undecided_rate == pytest.approx(1.0, abs=1e-11)
+    for label in ("PASS", "FAIL", "UNDECIDED"):
+        assert _within(mc.rate(label), exact.rate(label), mc.runs), (label, mc, exact)
+    assert pw.simulate_rates(scenario, n, config, runs=500, seed=3) == pw.simulate_rates(scenario, n, config,
+                                                                                          runs=500, seed=3)
+
+
+_V, _VH, _X = (Outcome(kind=OutcomeKind.VALID, hallucinated=False), Outcome(kind=OutcomeKind.VALID, hallucinated=True),
+               Outcome(kind=OutcomeKind.SCHEMA_ERROR, keyword="required"))
+
+
+def _simulate_through_scoring(scenario, n, config, runs, seed):
+    """Draw each case's cell and hallucination, build the PairScores, summarize, judge."""
+    rng = np.random.default_rng(seed)
+    cells = np.array(scenario.cells())
+    verdicts: dict[tuple, str] = {}
+    counts = Counter()
+    for _ in range(runs):
+        cell = rng.choice(4, size=n, p=cells / cells.sum())
+        ft_h = rng.random(n) < scenario.halluc_adapter
+        base_h = rng.random(n) < scenario.halluc_base
+        kinds = []
+        for c, fh, bh in zip(cell, ft_h, base_h):
+            base_valid, ft_valid = c in (0, 1), c in (0, 2)
+            kinds.append(((_VH if fh else _V) if ft_valid else _X, (_VH if bh else _V) if base_valid else _X))
+        key = tuple(sorted(Counter((id(a), id(b)) for a, b in kinds).items()))
+        if key not in verdicts:
+            pairs = [PairScore(case_id=str(i), ft=a, base=b) for i, (a, b) in enumerate(kinds)]
+            verdicts[key] = judge(summarize(pairs), config).label
+        counts[verdicts[key]] += 1
+    return {label: counts[label] / runs for label in ("PASS", "FAIL", "UNDECIDED")}
+
+
+@pytest.mark.parametrize("scenario,n,config", [
+    (pw.Scenario(0.85, 0.09, 0.03), 40, NONINF),
+    (pw.Scenario(0.3, 0.05, 0.05), 30, POINT),
+    (pw.Scenario(0.7, 0.05, 0.05, halluc_base=0.05, halluc_adapter=0.15), 30, POINT),
+])
+def test_exact_agrees_with_simulation_through_the_scoring_path(scenario, n, config):
+    runs = 1500
+    simulated = _simulate_through_scoring(scenario, n, config, runs, seed=11)
+    exact = pw.verdict_rates(scenario, n, config)
+    for label, rate in simulated.items():
+        assert _within(rate, exact.rate(label), runs), (label, rate, exact)
+    assert sum(v > 0.02 for v in simulated.values()) >= 2  # not a trivial all-one-label setting
+
+
+def test_known_limits():
+    for n in (1, 20, 268, 2000):
+        for config in (POINT, NONINF):
+            still = pw.verdict_rates(pw.Scenario(0.9, 0.0, 0.0), n, config)
+            assert still.fail_rate == 0.0  # an adapter that changes nothing can never FAIL
+    assert pw.verdict_rates(pw.Scenario(0.9, 0.0, 0.0), 268, POINT).pass_rate == pytest.approx(1.0, abs=1e-12)
+    assert pw.verdict_rates(pw.Scenario(0.9, 0.0, 0.0), 268, NONINF).pass_rate > 0.99  # interval narrow enough
+    assert pw.verdict_rates(pw.Scenario(0.9, 0.0, 0.0), 10, NONINF).pass_rate < 0.01  # 10 cases prove (almost) nothing
+    huge = pw.verdict_rates(pw.Scenario(0.9, 0.6, 0.0), 200, NONINF)
+    assert huge.fail_rate > 1 - 1e-9
+    assert pw.verdict_rates(pw.Scenario(0.1, 0.05, 0.0), 500, POINT).undecided_rate > 1 - 1e-9  # base too weak
+    # power grows with the drop and (past the floor) with n; a drop at the floor stays near ½
+    fails = [pw.fail_rate(pw.Scenario.with_drop(0.9, d, 0.04), 268) for d in (0.0, 0.03, 0.06, 0.1, 0.2)]
+    assert fails == sorted(fails) and fails[0] < 0.001 and fails[-1] > 0.999
+    assert 0.4 < pw.fail_rate(pw.Scenario.with_drop(0.9, 0.05, 0.04), 2000) < 0.6
+    beyond = pw.Scenario.with_drop(0.9, 0.1, 0.04)
+    assert pw.fail_rate(beyond, 1000) > pw.fail_rate(beyond, 100)
+
+
+def test_scenarios_and_bad_input():
+    s = pw.Scenario.with_drop(0.9, 0.10, 0.04)
+    assert (s.lost, s.gained) == pytest.approx((0.12, 0.02)) and s.drop == pytest.approx(0.1)
+    assert s.faithful() == pw.Scenario(0.9, 0.02, 0.02)
+    assert sum(s.cells()) == pytest.approx(1.0)
+    for bad in (lambda: pw.Scenario(1.5), lambda: pw.Scenario(0.9, lost=0.95), lambda: pw.Scenario(0.95, gained=0.1),
+                lambda: pw.Scenario(float("nan")), lambda: pw.Scenario.with_drop(0.9, -0.1, 0.04),
+                lambda: pw.verdict_rates(s, 0), lambda: pw.verdict_rates(s, -3), lambda: pw.simulate_rates(s, 10, runs=0),
+                lambda: pw.effective_n(100, 0.5)):
+        with pytest.raises(ToolfidError) as err:
+            bad()
+        assert "\n" not in str(err.value)
+
+
+# --- the inverse questions ----------------------------------------------------------------------
+
+def _meets(scenario, n, config, power=0.8, alpha=0.05):
+    hit = pw.verdict_rates(scenario, n, config.model_copy(update={"gate_mode": "point"}), method="tables").fail_rate
+    alarm = pw.verdict_rates(scenario.faithful(), n, config.model_copy(update={"gate_mode": "point"}),
+                             method="tables").fail_rate
+    return hit >= power and alarm <= alpha, hit, alarm
+
+
+@pytest.mark.parametrize("p,drop,discordance,config", [
+    (0.9, 0.10, 0.04, POINT), (0.9, 0.08, 0.10, POINT), (0.6, 0.12, 0.20, NONINF), (0.7, 0.15, 0.3, POINT),
+    (0.5, 0.10, 0.04, VerdictConfig(validity_delta_floor=-0.02)),
+])
+def test_solve_n_meets_the_targets_and_n_minus_one_does_not(p, drop, discordance, config):
+    plan = pw.solve_n(pw.Scenario.with_drop(p, drop, discordance), config)
+    assert plan.n is not None and plan.reason == ""
+    ok, hit, alarm = _meets(plan.scenario, plan.n, config)  # checked by the other exact path
+    assert ok and hit == pytest.approx(plan.fail_rate, abs=1e-9) and alarm == pytest.approx(plan.false_alarm, abs=1e-9)
+    assert not _meets(plan.scenario, plan.n - 1, config)[0]
+    assert plan.n_stable >= plan.n
+    assert all(_meets(plan.scenario, m, config)[0] for m in range(plan.n_stable, plan.n_stable + 8))
+    if config.gate_mode == "noninferiority":
+        assert plan.faithful_pass == pytest.approx(pw.verdict_rates(plan.scenario.faithful(), plan.n, config).pass_rate)
+
+
+def test_solve_n_false_alarm_can_be_the_binding_target():
+    # a large churn: power is reached early, the faithful adapter's false alarm decides n
+    plan = pw.solve_n(pw.Scenario.with_drop(0.7, 0.15, 0.3))
+    _, hit_before, alarm_before = _meets(plan.scenario, plan.n - 1, POINT)
+    assert hit_before >= 0.8 and alarm_before > 0.05
+
+
+def test_solve_n_says_when_no_n_works():
+    near = pw.solve_n(pw.Scenario.with_drop(0.9, 0.03, 0.04))
+    assert near.n is None and "floor above -0.030" in near.reason and "--floor -0.015" in near.reason
+    assert pw.solve_n(pw.Scenario.with_drop(0.9, 0.03, 0.04), VerdictConfig(validity_delta_floor=-0.015)).n is not None
+    zero = pw.solve_n(pw.Scenario.with_drop(0.9, 0.1, 0.04), VerdictConfig(validity_delta_floor=0.0))
+    assert zero.n is None and "half the time" in zero.reason
+    weak = pw.solve_n(pw.Scenario.with_drop(0.15, 0.1, 0.04))
+    assert weak.n is None and "min_base_validity" in weak.reason
+    capped = pw.solve_n(pw.Scenario.with_drop(0.9, 0.051, 0.04), n_max=300)
+    assert capped.n is None and "n=300" in capped.reason
+    with pytest.raises(ToolfidError):
+        pw.solve_n(pw.Scenario.with_drop(0.9, 0.0, 0.04))
+    # where P(FAIL) goes as n grows, and that the exact rates go there
+    assert pw.limit_fail_rate(pw.Scenario.with_drop(0.9, 0.03, 0.04), POINT) == 0.0
+    assert pw.limit_fail_rate(pw.Scenario.with_drop(0.9, 0.07, 0.04), POINT) == 1.0
+    assert pw.limit_fail_rate(pw.Scenario.with_drop(0.9, 0.05, 0.04), POINT) == 0.5
+    assert pw.limit_fail_rate(pw.Scenario(0.0, 0.0, 0.5), POINT) == 0.0  # the base never reaches 0.2
+    assert pw.limit_fail_rate(pw.Scenario(0.5, 0.0, 0.0, halluc_adapter=0.3), POINT) == 1.0
+    assert pw.fail_rate(pw.Scenario.with_drop(0.9, 0.03, 0.04), 20_000) < 1e-6
+    assert pw.fail_rate(pw.Scenario.with_drop(0.9, 0.07, 0.04), 20_000) > 1 - 1e-6
+
+
+def test_solve_drop_is_the_smallest_drop_caught():
+    plan = pw.solve_drop(0.9, 268, 0.04)
+    assert plan.drop is not None and plan.fail_rate >= 0.8
+    assert pw.fail_rate(pw.Scenario.with_drop(0.9, plan.drop, 0.04), 268) >= 0.8
+    assert pw.fail_rate(pw.Scenario.with_drop(0.9, round(plan.drop - 0.001, 3), 0.04), 268) < 0.8
+    assert plan.false_alarm == pytest.approx(pw.fail_rate(pw.Scenario.with_drop(0.9, 0.0, 0.04), 268))
+    assert pw.solve_drop(0.1, 268, 0.04).drop is None  # base below min_base_validity: nothing FAILs
+
+
+# --- the CLI ------------------------------------------------------------------------------------
+
+def cli(capsys, *argv):
+    rc = main(["power", *argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return rc, out, err
+
+
+LINE = re.compile(r"^n=268, base 0\.90, drop 0\.100 \(lost 0\.120, gained 0\.020\): PASS (\S+)% FAIL (\S+)% "
+                  r"UNDECIDED (\S+)% \(exact\)$")
+
+
+def test_cli_rates_line_and_json(capsys):
+    rc, out, _ = cli(capsys, "--p", "0.9", "--n", "268", "--drop", "0.10", "--gate-mode", "noninferiority")
+    exact = pw.verdict_rates(pw.Scenario.with_drop(0.9, 0.1, 0.04), 268, NONINF)
+    assert rc == 0 and len(out.splitlines()) == 1
+    match = LINE.match(out.strip().replace("<0.1%", "0.0%"))
+    assert match, out
+    assert float(match.group(2)) == pytest.approx(100 * exact.fail_rate, abs=0.05)
+    # the same adapter given as lost/gained
+    rc, out2, _ = cli(capsys, "--p", "0.9", "--n", "268", "--lost", "0.12", "--gained", "0.02",
+                      "--gate-mode", "noninferiority")
+    assert rc == 0 and out2 == out
+    rc, out, _ = cli(capsys, "--p", "0.9", "--n", "268", "--drop", "0.10", "--json")
+    record = json.loads(out)
+    assert record["method"] == "exact" and record["missing"] < 1e-11
+    assert record["fail"] == pytest.approx(pw.verdict_rates(pw.Scenario.with_drop(0.9, 0.1, 0.04), 268).fail_rate)
+    assert record["scenario"]["lost"] == pytest.approx(0.12) and record["config"]["validity_delta_floor"] == -0.05
+
+
+def test_cli_monte_carlo_hallucination_and_design_effect(capsys):
+    args = ["--p", "0.8", "--n", "150", "--drop", "0.02", "--halluc-base", "0.05", "--halluc-adapter", "0.12"]
+    rc, out, _ = cli(capsys, *args, "--mc", "4000", "--seed", "1", "--json")
+    mc = json.loads(out)
+    rc2, out2, _ = cli(capsys, *args, "--json")
+    exact = json.loads(out2)
+    assert rc == rc2 == 0 and mc["method"] == "monte carlo" and mc["runs"] == 4000
+    assert _within(mc["fail"], exact["fail"], 4000)
+    rc, out, _ = cli(capsys, *args, "--mc", "4000", "--seed", "1")
+    assert "hallucination 0.050 → 0.120" in out and "(monte carlo, 4000 runs, SE ≤" in out
+    rc, out, _ = cli(capsys, "--p", "0.9", "--n", "268", "--design-effect", "2.5", "--discordance", "0.1", "--json")
+    record = json.loads(out)
+    assert record["effective_n"] == 107
+    assert record["fail"] == pytest.approx(pw.verdict_rates(pw.Scenario(0.9, 0.05, 0.05), 107).fail_rate)
+
+
+def test_cli_solve_n_and_solve_drop(capsys):
+    rc, out, _ = cli(capsys, "--p", "0.9", "--drop", "0.10", "--solve-n", "--discordance", "0.1")
+    plan = pw.solve_n(pw.Scenario.with_drop(0.9, 0.1, 0.1))
+    assert rc == 0 and len(out.splitlines()) == 1
+    assert out.startswith(f"n={plan.n}: FAIL ") and "false alarm" in out and out.rstrip().endswith("(exact)")
+    rc, out, _ = cli(capsys, "--p", "0.9", "--drop", "0.03", "--solve-n", "--json")
+    record = json.loads(out)
+    assert rc == 0 and record["n"] is None and "floor above" in record["reason"]
+    rc, out, _ = cli(capsys, "--p", "0.9", "--drop", "0.03", "--solve-n")
+    assert out.startswith("no n meets power 80% with false alarm ≤ 5%") and len(out.splitlines()) == 1
+    rc, out, _ = cli(capsys, "--p", "0.9", "--n", "268", "--solve-drop")
+    plan = pw.solve_drop(0.9, 268)
+    assert rc == 0 and f"the smallest drop caught with power 80% is {plan.drop:.3f}" in out
+
+
+def test_cli_table_and_svg(capsys, tmp_path):
+    svg = tmp_path / "power.svg"
+    rc, out, err = cli(capsys, "--p", "0.9", "--table", "--svg", str(svg), "--gate-mode", "noninferiority")
+    lines = out.splitlines()
+    assert rc == 0 and err.strip() == f"wrote {svg}"
+    assert lines[0].startswith("P(FAIL): base 0.90, discordance 0.040") and len(lines) == 2 * (2 + 6)
+    assert lines[1].split() == ["n", "d=0.000", "d=0.020", "d=0.050", "d=0.100", "d=0.200"]
+    row_268 = next(line for line in lines[2:8] if line.split()[0] == "268").split()
+    expected = pw.verdict_rates(pw.Scenario.with_drop(0.9, 0.1, 0.04), 268, NONINF).fail_rate
+    assert row_268[4] == f"{100 * expected:.1f}%"
+    root = ET.fromstring(svg.read_text(encoding="utf-8"))
+    ns = "{http://www.w3.org/2000/svg}"
+    lines_drawn = root.findall(f".//{ns}polyline")
+    assert len(lines_drawn) == 6 and [p.find(f"{ns}title").text for p in lines_drawn][3] == "n=268"
+    assert len(root.findall(f".//{ns}circle")) == 6 * 5  # the table's points marked on each line
+    rc, out, _ = cli(capsys, "--p", "0.9", "--table", "--ns", "20,40", "--drops", "0,0.1", "--json")
+    record = json.loads(out)
+    assert rc == 0 and [[c["drop"] for c in row] for row in record["rows"]] == [[0.0, 0.1]] * 2
+    assert record["rows"][1][1]["fail"] == pytest.approx(pw.fail_rate(pw.Scenario.with_drop(0.9, 0.1, 0.04), 40))
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--p", "1.5", "--n", "10"], "--p must be a rate in [0, 1]"),
+    (["--p", "0.9", "--n", "-3"], "--n must be a positive number"),
+    (["--p", "0.9", "--n", "0"], "--n must be a positive number"),
+    (["--p", "0.95", "--n", "10", "--lost", "0.02", "--gained", "0.1"], "cannot exceed the base's invalid share"),
+    (["--p", "0.9", "--n", "10", "--drop", "0.95"], "cannot exceed the base validity"),
+    (["--p", "0.9", "--n", "10", "--lost", "0.2", "--gained", "0.1", "--drop", "0.3"], "not --lost − --gained"),
+    (["--p", "0.9", "--n", "10", "--lost", "0.2"], "give both --lost and --gained"),
+    (["--p", "0.9", "--n", "10", "--floor", "0.1"], "--floor must be in [-1, 0]"),
+    (["--p", "0.9"], "needs --n"),
+    (["--p", "0.9", "--n", "100", "--drop", "0.1", "--solve-n"], "do not give --n"),
+    (["--p", "0.9", "--drop", "0", "--solve-n"], "no regression"),
+    (["--p", "0.9", "--drop", "0.1", "--solve-n", "--halluc-adapter", "0.2"], "give no hallucination rates"),
+    (["--p", "0.9", "--table", "--drop", "0.1"], "varies the drop"),
+    (["--p", "0.9", "--table", "--solve-n"], "ask one question"),
+    (["--p", "0.9", "--n", "10", "--mc", "0"], "positive number of runs"),
+    (["--p", "0.9", "--n", "10", "--design-effect", "0.5"], "design effect must be ≥ 1"),
+    (["--p", "0.9", "--table", "--ns", "0,10"], "--ns (positive sizes)"),
+])
+def test_cli_bad_input_is_one_line_exit_4(capsys, argv, needle):
+    rc, out, err = cli(capsys, *argv)
+    assert rc == 4 and out == "" and err.startswith("toolfid: error: ") and needle in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_cli_defaults_agree_with_the_library():
+    from lm_eval_toolfid.cli import power as cli_power
+
+    assert (cli_power.DEFAULT_DISCORDANCE, cli_power.DEFAULT_POWER, cli_power.DEFAULT_ALPHA, cli_power.N_MAX) == (
+        pw.DEFAULT_DISCORDANCE, pw.DEFAULT_POWER, pw.DEFAULT_ALPHA, pw.N_MAX)
+
+
+def test_cli_entry_point():
+    proc = subprocess.run([str(BIN / "toolfid"), "power", "--p", "0.9", "--n", "268", "--drop", "0.1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and LINE.match(proc.stdout.strip().replace("<0.1%", "0.0%")), proc
+    proc = subprocess.run([str(BIN / "toolfid"), "power", "--p", "-0.1", "--n", "268"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 4 and proc.stdout == "" and proc.stderr.count("\n") == 1
