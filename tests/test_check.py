@@ -295,3 +295,20 @@ def test_jsonl_writes_each_record_as_it_is_scored_then_a_summary():
     assert len(one) == 2 and json.loads(one[0])["kind"] == "valid"
     assert json.loads(one[1])["summary"]["json_valid_rate"] == 1.0
     assert check("--json", "--jsonl", J).returncode == 4
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path):
+    """`toolfid check --jsonl < big | head -1`: no traceback, no "internal error", exit 141 (128 + SIGPIPE)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    line = json.dumps({"text": J, "tools": TOOLS}) + "\n"
+    (tmp_path / "in.jsonl").write_text(line * 4000)
+    with open(tmp_path / "in.jsonl") as stdin:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "toolfid"), "check", "--jsonl"], stdin=stdin,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout.readline().startswith(b"{")
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=300) == 141 and err == "", err

@@ -55,3 +55,29 @@ def test_z_gate_only_when_the_null_is_informative():
     useless = NullComparison(z=1.0, null_mean=0.88, null_std=0.05, informative=False, null_validity_delta=-0.01)
     v = judge(summary(), null=useless)
     assert v.passed is True and any("not informative" in n for n in v.notes)
+
+
+def test_paired_interval_never_collapses_when_no_case_changed():
+    """Tango's score interval: with no discordant case, |limit| solves n x / (1 − x) = z², whatever the base's
+    validity (Newcombe's method 10 gave [0, 0] at a base valid on half the cases, and a noninferiority PASS)."""
+    from lm_eval_toolfid.core.stats import paired_difference_ci, tango_limits
+
+    z = 1.959964
+    for n in (10, 48, 268):
+        expected = z * z / (n + z * z)
+        for valid in (0, n // 2, n):
+            low, high = paired_difference_ci([0] * n, [1] * valid + [0] * (n - valid))
+            assert low == pytest.approx(-expected, abs=1e-12) and high == pytest.approx(expected, abs=1e-12)
+    # the limits bracket the estimate and move with the discordant counts only
+    low, high = tango_limits(gained=4, lost=10, n=268)
+    assert low < -6 / 268 < high and tango_limits(4, 10, 268) == paired_difference_ci(
+        [1] * 4 + [-1] * 10 + [0] * 254, [0] * 4 + [1] * 10 + [1] * 254)
+    assert tango_limits(0, 20, 20)[0] == -1.0 and tango_limits(20, 0, 20)[1] == 1.0
+
+
+def test_ten_unchanged_cases_do_not_earn_a_noninferiority_pass():
+    from lm_eval_toolfid.scoring.power import judge_table
+    from lm_eval_toolfid.scoring.verdict import VerdictConfig
+
+    verdict = judge_table(5, 0, 0, 5, VerdictConfig(gate_mode="noninferiority"))
+    assert verdict.passed is None and "validity_delta" in verdict.reason

@@ -10,11 +10,13 @@ Exit codes of ``toolfid`` (1 and 2 belong to the verdict gate):
 4     user error (:class:`ToolfidError`): bad file, missing model, bad flag value
 5     internal error (a bug): one line, ``--debug`` shows the traceback
 130   interrupted (Ctrl-C)
+141   the reader of the output went away (``toolfid ... | head``); nothing more is printed
 ====  ==========================================================
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any, Callable
 
@@ -24,6 +26,8 @@ EXIT_UNDECIDED = 2
 EXIT_USER_ERROR = EXIT_INPUT = 4
 EXIT_INTERNAL_ERROR = EXIT_INTERNAL = 5
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: the process reading our output closed it (``| head``)."""
 
 
 class ToolfidError(Exception):
@@ -47,6 +51,12 @@ def guard(func: Callable[..., int | None], *args: Any, debug: bool = False) -> i
         rc = func(*args)
     except SystemExit:
         raise
+    except BrokenPipeError:  # `toolfid ... | head`: the reader left; stop quietly, as Unix tools do
+        import os
+
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except BaseException as exc:  # noqa: BLE001 - this is the top level
         if debug:
             raise

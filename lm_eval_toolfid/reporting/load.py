@@ -90,7 +90,7 @@ class Run:
 
     def ci(self, metric: str) -> tuple[float, float] | None:
         """95% interval: from the task's metadata when it stores one, else ±1.96·stderr, else Wilson for rates."""
-        stored = (self.toolfid.get("summary") or {}).get(f"{metric}_ci")  # the run's own interval (Newcombe)
+        stored = (self.toolfid.get("summary") or {}).get(f"{metric}_ci")  # the run's own interval (Tango)
         if isinstance(stored, (list, tuple)) and len(stored) == 2 and all(isinstance(x, (int, float)) for x in stored):
             return float(stored[0]), float(stored[1])
         value = self.metrics.get(metric)

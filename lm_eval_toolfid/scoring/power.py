@@ -41,7 +41,7 @@ import numpy as np
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Outcome, OutcomeKind, PairScore
-from lm_eval_toolfid.core.stats import paired_difference_ci
+from lm_eval_toolfid.core.stats import TANGO_ITERATIONS, paired_difference_ci
 from lm_eval_toolfid.scoring.metrics import summarize
 from lm_eval_toolfid.scoring.verdict import Verdict, VerdictConfig, judge
 
@@ -198,28 +198,29 @@ def judge_table(n11: int, n10: int, n01: int, n00: int, config: VerdictConfig = 
     return judge(summarize(pairs_for_table(n11, n10, n01, n00, k_adapter, k_base)), config)
 
 
-def _wilson(successes: np.ndarray, n: np.ndarray, z: float) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`lm_eval_toolfid.core.stats.wilson_interval`, vectorised (same operations, same order)."""
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return np.maximum(0.0, centre - half), np.minimum(1.0, centre + half)
-
-
-def _newcombe_low(n11: np.ndarray, n10: np.ndarray, n01: np.ndarray, n00: np.ndarray) -> np.ndarray:
-    """Lower bound of :func:`paired_difference_ci` (adapter − base), vectorised over tables."""
-    both, lost, gained, neither = (np.asarray(x, dtype=np.float64) for x in (n11, n10, n01, n00))
-    n = both + lost + gained + neither
-    p1, p2 = (both + gained) / n, (both + lost) / n
-    l1, _ = _wilson(both + gained, n, Z95)
-    _, u2 = _wilson(both + lost, n, Z95)
-    denom = (both + gained) * (lost + neither) * (both + lost) * (gained + neither)
+def _tango_low(n10: np.ndarray, n01: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Lower limit of :func:`paired_difference_ci` (Tango's score interval, adapter − base), vectorised
+    over tables: the same bisection with the same floating-point operations as
+    :func:`lm_eval_toolfid.core.stats.tango_limits`."""
+    lost, gained, n = (np.asarray(x, dtype=np.float64) for x in (n10, n01, n))
+    lo = np.full(np.broadcast(lost, gained, n).shape, -1.0)
+    hi = np.full(lo.shape, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        phi = np.where(denom == 0, 0.0, (both * neither - gained * lost) / np.sqrt(denom))
-    theta = p1 - p2
-    low = np.sqrt(np.maximum(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
-    return np.maximum(-1.0, theta - low)
+        for _ in range(TANGO_ITERATIONS):
+            mid = (lo + hi) / 2
+            b = -gained - lost + (2 * n - gained + lost) * mid
+            c = -lost * mid * (1 - mid)
+            p_lost = (np.sqrt(np.maximum(0.0, b * b - 8 * n * c)) - b) / (4 * n)
+            num = gained - lost - n * mid
+            var = n * (2 * p_lost + mid * (1 - mid))
+            stat = np.where(num == 0, 0.0, np.where(var > 0, num / np.sqrt(np.where(var > 0, var, 1.0)),
+                                                    np.copysign(np.inf, num)))
+            above = stat > Z95
+            lo = np.where(above, mid, lo)
+            hi = np.where(above, hi, mid)
+    estimate = (gained - lost) / n
+    low = np.where(estimate == -1, -1.0, (lo + hi) / 2)
+    return np.maximum(-1.0, np.minimum(low, estimate))
 
 
 def _real_low(n11: int, n10: int, n01: int, n00: int) -> float:
@@ -244,7 +245,7 @@ def validity_states(n11: np.ndarray, n10: np.ndarray, n01: np.ndarray, n00: np.n
     if config.gate_mode == "point":
         state = np.where(delta < floor, -1, 1).astype(np.int8)
         return base_ok, state
-    low = _newcombe_low(n11, n10, n01, n00)
+    low = _tango_low(n10, n01, n)
     near = np.flatnonzero(np.abs(low - floor) <= _BORDER)
     if near.size:
         flat = [np.broadcast_to(x, low.shape).ravel() for x in (n11, n10, n01, n00)]
