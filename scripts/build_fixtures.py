@@ -823,7 +823,7 @@ def main() -> int:
     ap.add_argument("--adapter-steps", type=int, nargs=4, default=ADAPTER_STEPS,
                     metavar=("FAITHFUL", "HALLUCINATING", "BROKEN", "PROSE_AFTER_RESULTS"))
     ap.add_argument("--adapter-lr", type=float, default=5e-3)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--vocab", type=int, default=2048)
     args = ap.parse_args()
 
