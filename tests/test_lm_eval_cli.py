@@ -280,13 +280,13 @@ def test_an_adapter_that_changes_nothing_passes_with_a_loud_note(two_run_flow, t
 
 
 def test_with_a_prompt_the_base_cannot_follow_no_adapter_passes(tmp_path, monkeypatch):
-    """The task's default prompt (demos: 2) is not what the tiny fixture model was trained on: its base
-    makes almost no valid call, so no adapter can be shown to keep or lose anything."""
+    """The raw style (the bare request) is not what the tiny fixture model was trained on: its base makes
+    almost no valid call, so no adapter can be shown to keep or lose anything."""
     from lm_eval_toolfid.reporting.results import row_from_results
     from lm_eval_toolfid.runtime.views import run_views
 
     monkeypatch.setenv("TOOLFID_HOME", str(tmp_path / "home"))
-    base, views = run_views(FIX["base"], dict(FIX["adapters"]), FIXTURE_TASK, {"demos": 2}, batch_size=16)
+    base, views = run_views(FIX["base"], dict(FIX["adapters"]), FIXTURE_TASK, {"prompt_style": "raw"}, batch_size=16)
     assert row_from_results(base.results, "base", FIXTURE_TASK).metric("json_valid_rate") < 0.2
     labels = {v.label: row_from_results(v.results, v.label, FIXTURE_TASK).verdict["label"] for v in views}
     assert set(labels.values()) == {"UNDECIDED"}, labels

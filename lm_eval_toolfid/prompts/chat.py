@@ -8,9 +8,9 @@ system message instead (or, for a template that refuses a system role, in front 
 Where the tools went is recorded as ``chat_tools_in``.
 
 A case's history (earlier calls, tool results) follows the request as OpenAI-shaped messages; a
-template that does not render assistant ``tool_calls`` or ``tool`` messages is detected once, on the
-first case with a history, by a probe render (:mod:`lm_eval_toolfid.prompts.history`), and gets them
-as text instead; recorded as ``chat_history_in``.
+template that does not render assistant ``tool_calls`` or ``tool`` messages is detected once per
+template by a probe render (:mod:`lm_eval_toolfid.prompts.history`; only when a case has a history),
+and gets them as text instead; recorded as ``chat_history_in``.
 """
 
 from __future__ import annotations
