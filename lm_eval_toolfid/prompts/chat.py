@@ -164,7 +164,7 @@ class ChatPrompter:
     @cached_property
     def history_in(self) -> tuple[str, str]:
         """Whether this template renders a history's assistant ``tool_calls`` and ``tool`` messages
-        itself (probed once, when the first case with a history is rendered)."""
+        itself (probed once, on first use: a case set with histories)."""
         found = detect_history_in(self._apply, _PROBE_TOOL, self.tools_in == TOOLS_IN_TEMPLATE, self._native_call)
         if found != (CALLS_IN_TEMPLATE, RESULTS_IN_TEMPLATE):
             log.warning("tool_use_fidelity: the chat template of %s does not render a conversation's tool calls "
