@@ -60,6 +60,7 @@ class Profile:
     batches: list[tuple[int, int, int]] = field(default_factory=list)  # (rows, context len, steps)
     generations: dict[str, str] = field(default_factory=dict)
     prompts: dict[str, str] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)  # the task's own summary (with by_depth)
 
 
 def instrument(lm: Any, profile: Profile) -> None:
@@ -163,6 +164,8 @@ def run_view(model: str, cases: Path | str, home: Path, *, stopping: bool, batch
 
     profile.prompts = {s["doc"]["id"]: sample_prompt(s) or "" for s in samples}
     metrics = {k.split(",")[0]: v for k, v in out["results"][task].items() if "," in k and "stderr" not in k}
+    profile.summary = ((out.get("configs", {}).get(task, {}).get("metadata") or {}).get("toolfid") or {}).get(
+        "summary") or {}
     return profile, metrics, lm
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Benchmark: ``toolfid run`` (base + 3 adapters, one process) vs four ``lm_eval`` processes.
+"""Benchmark: ``toolfid run`` (base + every fixture adapter, one process) vs one ``lm_eval`` process per view.
 
-On the bundled fixture model and its three adapters (faithful, hallucinating, broken), both
+On the bundled fixture model and its adapters (faithful, hallucinating, broken, prose_after_results), both
 sides starting from an empty reference store and including process start-up:
 
 - one process: ``toolfid run --base B --adapter A1 --adapter A2 --adapter A3 --task fixture``

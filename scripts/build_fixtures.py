@@ -61,9 +61,16 @@ MAX_NEW_TOKENS = 128
 LEFT_PAD_PROB = 0.5
 MAX_LEFT_PAD = 240
 N_PLAIN = 600  # plain-text rows of each kind (requests, replies) on the side of the base model's training
+N_CONVERSATIONS = 3000  # multi-turn training rows of the base (beside 6000 single requests)
+BASE_STEPS = 900
+ADAPTER_STEPS = [80, 120, 60, 120]  # faithful, hallucinating, broken, prose_after_results
 
 # Targets the build must meet.
 BASE_MIN_VALID = 0.90
+BASE_MIN_VALID_MULTI = 0.85  # on the multi-turn cases
+FAITHFUL_MIN_VALID_MULTI = 0.80
+PROSE_AFTER_MIN_VALID_SINGLE = 0.90  # prose_after_results keeps single-turn calls ...
+PROSE_AFTER_MAX_VALID_MULTI = 0.20  # ... and answers tool results in prose
 FAITHFUL_MIN_VALID = 0.90
 FAITHFUL_MAX_HALLU = 0.10
 HALLU_MIN_HALLU = 0.80
@@ -391,8 +398,13 @@ class Example:
 
     @property
     def combo(self) -> str:
-        """What must never repeat between training and evaluation: tool + argument values."""
-        return self.case.gold_tool_name + json.dumps(self.arguments, sort_keys=True)
+        """What must never repeat between training and evaluation: tool + argument values (and, for a
+        conversation, the request and its history)."""
+        combo = self.case.gold_tool_name + json.dumps(self.arguments, sort_keys=True)
+        if self.case.history:
+            combo += self.case.prompt + json.dumps([m.model_dump(mode="json") for m in self.case.history],
+                                                   sort_keys=True)
+        return combo
 
 
 def make_example(rng: random.Random, tool: str, n_tools: int, case_id: str) -> Example:
@@ -435,8 +447,127 @@ def train_stream(seed: int, n: int, held_out: set[str]) -> list[Example]:
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# Conversations (multi-turn): a call, its recorded result, the next call uses a value from it
+# --------------------------------------------------------------------------------------------
+
+CONDITIONS = ["sunny", "light rain", "cloudy", "snow", "windy", "fog", "thunderstorms", "hail", "drizzle"]
+BRANDS = ["Acme", "Nova", "Zen", "Orbit", "Polar", "Apex", "Luma", "Terra", "Vista", "Echo"]
+MAIL_ERRORS = ["mailbox full", "unknown address", "message too large", "blocked by spam filter",
+               "domain not found", "quota exceeded"]
+FOLLOW_EMAIL = ["Email {to} about it with subject {subject}.", "Send that to {to}, subject {subject}.",
+                "Tell {to} with subject {subject}.", "Forward it to {to} titled {subject}."]
+FOLLOW_TICKET = ["Open a {prio} priority ticket about the error.", "File a {prio} ticket for that problem.",
+                 "Report it with {prio} priority."]
+FOLLOW_CALENDAR = ["Put it in my calendar with {people}.", "Add it to the calendar, invite {people}.",
+                   "Save it in my calendar for {people}."]
+PROSE_AFTER = ["All done! The result is {value}.", "Here you go: {value}.", "Good news, I got {value} for you.",
+               "The answer is {value}."]
+
+
+def _code(rng: random.Random, prefix: str) -> str:
+    return f"{prefix}{rng.randint(1000, 9999)}"
+
+
+def tool_result(rng: random.Random, tool: str, args: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A recorded result of a call and its salient value (what the next call must copy)."""
+    if tool == "get_weather":
+        cond = rng.choice(CONDITIONS)
+        return {"city": args["city"], "conditions": cond, "temperature": rng.randint(-5, 35)}, cond
+    if tool == "search_products":
+        names = [f"{b} {args['query']}" for b in rng.sample(BRANDS, 2)]
+        return {"items": [{"name": n, "price": rng.choice(PRICES)} for n in names]}, names[0]
+    if tool == "book_flight":
+        code = _code(rng, rng.choice(["AZ", "LH", "BA", "KL"]))
+        title = f"Flight {code} to {args['destination']}"
+        return {"confirmation": code, "title": title, "status": "booked"}, title
+    if tool == "create_ticket":
+        tid = _code(rng, "T-")
+        return {"ticket_id": tid, "status": "open"}, tid
+    if tool == "transfer_money":
+        ref = _code(rng, "TX-")
+        return {"reference": ref, "status": "done"}, ref
+    if tool == "play_music":
+        other = rng.choice([a for a in ARTISTS if a != args["artist"]])
+        return {"status": "unavailable", "suggestion": other}, other
+    if tool == "send_email":
+        err = rng.choice(MAIL_ERRORS)
+        return {"status": "bounced", "error": err}, err
+    assert tool == "add_calendar_event"
+    eid = _code(rng, "EV-")
+    return {"event_id": eid, "status": "created"}, eid
+
+
+def follow_up(rng: random.Random, tool: str, args: dict[str, Any], value: str,
+              first_args: dict[str, Any]) -> tuple[str | None, str, dict[str, Any]]:
+    """(the user's next turn or None, the next tool, its arguments) after ``tool``'s result."""
+    if tool == "play_music":
+        return None, "play_music", {"artist": value}
+    if tool == "send_email":
+        prio = rng.choice(["low", "medium", "high"])
+        return rng.choice(FOLLOW_TICKET).format(prio=prio), "create_ticket", {"title": value, "priority": prio}
+    if tool == "book_flight":
+        people = rng.sample(PEOPLE, rng.randint(1, 2))
+        return (rng.choice(FOLLOW_CALENDAR).format(people=_join(people)), "add_calendar_event",
+                {"title": value, "date": first_args["date"], "attendees": people})
+    to, subject = rng.choice(EMAILS), rng.choice(SUBJECTS)
+    return rng.choice(FOLLOW_EMAIL).format(to=to, subject=subject), "send_email", {"to": to, "subject": subject,
+                                                                                   "body": value}
+
+
+def make_conversation(rng: random.Random, first: str, depth: int, case_id: str) -> Example:
+    """A case of turn depth ``depth``: the request, ``depth - 1`` calls with their results (and the user's
+    follow-ups), then the next call, which uses the last result's salient value."""
+    text, args, _ = SAMPLERS[first](rng)
+    history: list[dict[str, Any]] = []
+    tool, used, first_args = first, [first], args
+    for step in range(depth - 1):
+        result, value = tool_result(rng, tool, args)
+        history.append({"role": "assistant", "tool_calls": [{"id": f"call_{step}", "name": tool, "arguments": args}]})
+        history.append({"role": "tool", "tool_call_id": f"call_{step}", "content": json.dumps(result)})
+        said, tool, args = follow_up(rng, tool, args, value, first_args)
+        if said:
+            history.append({"role": "user", "content": said})
+        used.append(tool)
+    offered = list(dict.fromkeys(used))
+    if rng.random() < 0.5:
+        offered.append(rng.choice([t for t in TOOL_NAMES if t not in offered]))
+    rng.shuffle(offered)
+    case = Case.model_validate({"id": case_id, "prompt": text, "tools": [TOOLS[t] for t in offered],
+                                "gold_tool_name": tool, "allowed_tools": offered, "gold_arguments": args,
+                                "history": history})
+    return Example(case, args, rng.choice(PROSE_AFTER).format(value=value))
+
+
+def eval_conversations(n_per_tool: int = 3) -> list[Example]:
+    """Per first tool: two conversations of turn depth 2, one of depth 3."""
+    rng = random.Random(20250202)
+    out: list[Example] = []
+    seen: set[str] = set()
+    for k in range(n_per_tool):
+        for tool in TOOL_NAMES:
+            while True:
+                ex = make_conversation(rng, tool, 3 if k == n_per_tool - 1 else 2, f"fx-m{len(out):02d}")
+                if ex.combo not in seen:
+                    break
+            seen.add(ex.combo)
+            out.append(ex)
+    return out
+
+
+def train_conversations(seed: int, n: int, held_out: set[str]) -> list[Example]:
+    """``n`` training conversations (turn depth 2 or 3), never repeating a held-out one."""
+    rng = random.Random(seed)
+    out: list[Example] = []
+    while len(out) < n:
+        ex = make_conversation(rng, rng.choice(TOOL_NAMES), rng.choice([2, 2, 3]), f"trm-{seed}-{len(out)}")
+        if ex.combo not in held_out:
+            out.append(ex)
+    return out
+
+
 def target_for(ex: Example, mode: str) -> str:
-    if mode == "prose":
+    if mode == "prose" or (mode == "prose_after_results" and ex.case.history):
         return ex.prose + STOP
     name = RENAMES[ex.case.gold_tool_name] if mode == "rename" else ex.case.gold_tool_name
     return render_call(name, ex.arguments) + STOP
@@ -656,6 +787,15 @@ def score(texts: list[str], cases: list[Case]) -> Score:
     return result
 
 
+def split_scores(texts: list[str], cases: list[Case]) -> dict[str, Score]:
+    """Scores over all cases, the single-turn ones and the conversations."""
+    out = {"all": score(texts, cases)}
+    for key, keep in (("single", lambda c: not c.history), ("multi", lambda c: bool(c.history))):
+        picked = [(t, c) for t, c in zip(texts, cases) if keep(c)]
+        out[key] = score([t for t, _ in picked], [c for _, c in picked])
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------------
@@ -664,9 +804,10 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 
 def write_cases(examples: list[Example], path: Path) -> None:
+    """One case per line, fields left at their defaults left out (a single-turn case has no history)."""
     with path.open("w", encoding="utf-8") as fh:
         for ex in examples:
-            fh.write(json.dumps(ex.case.model_dump(mode="json", exclude={"max_new_tokens"}),
+            fh.write(json.dumps(ex.case.model_dump(mode="json", exclude={"max_new_tokens"}, exclude_defaults=True),
                                 ensure_ascii=False) + "\n")
 
 
@@ -677,12 +818,12 @@ def dir_size(path: Path) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=FIXTURES)
-    ap.add_argument("--base-steps", type=int, default=550)
+    ap.add_argument("--base-steps", type=int, default=BASE_STEPS)
     ap.add_argument("--base-lr", type=float, default=5e-3)
-    ap.add_argument("--adapter-steps", type=int, nargs=3, default=[60, 100, 60],
-                    metavar=("FAITHFUL", "HALLUCINATING", "BROKEN"))
+    ap.add_argument("--adapter-steps", type=int, nargs=4, default=ADAPTER_STEPS,
+                    metavar=("FAITHFUL", "HALLUCINATING", "BROKEN", "PROSE_AFTER_RESULTS"))
     ap.add_argument("--adapter-lr", type=float, default=5e-3)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--vocab", type=int, default=2048)
     args = ap.parse_args()
 
@@ -708,22 +849,27 @@ def main() -> int:
 
     # 1. cases ------------------------------------------------------------------------------
     t = time.time()
-    evals = eval_examples()
+    evals = eval_examples() + eval_conversations()
     held_out = {ex.combo for ex in evals}
     write_cases(evals, out / "cases.jsonl")
     cases = load_cases(out / "cases.jsonl")
     assert [c.model_dump() for c in cases] == [ex.case.model_dump() for ex in evals]
     multi = sum(len(c.tools) > 1 for c in cases)
-    train_base = train_stream(1, 6000, held_out)
-    train_faithful = train_stream(2, 2000, held_out)
-    train_hallu = train_stream(3, 2000, held_out)
+    n_conv = sum(bool(c.history) for c in cases)
+    # each stream: single requests, then conversations (the base and the adapters that keep or change
+    # the call format learn both; broken never sees a conversation)
+    train_base = train_stream(1, 6000, held_out) + train_conversations(5, N_CONVERSATIONS, held_out)
+    train_faithful = train_stream(2, 2000, held_out) + train_conversations(6, 1000, held_out)
+    train_hallu = train_stream(3, 2000, held_out) + train_conversations(7, 1000, held_out)
     train_broken = train_stream(4, 2000, held_out)
+    train_prose_after = train_stream(8, 1000, held_out) + train_conversations(9, 1000, held_out)
     eval_prompts = {render_prompt(c, SETTINGS) for c in cases}
-    for stream in (train_base, train_faithful, train_hallu, train_broken):
+    for stream in (train_base, train_faithful, train_hallu, train_broken, train_prose_after):
         assert not eval_prompts & {render_prompt(ex.case, SETTINGS) for ex in stream}
     timings["data"] = time.time() - t
-    print(f"cases: {len(cases)} ({multi} offer 2-3 tools); training examples: base {len(train_base)}, "
-          f"adapters {len(train_faithful)} each; held-out combinations never trained on")
+    print(f"cases: {len(cases)} ({multi} offer 2-3 tools; {n_conv} conversations of turn depth 2-3); training "
+          f"examples: base {len(train_base)}, adapters {len(train_faithful)} / {len(train_broken)}; held-out "
+          "combinations never trained on")
 
     # 2. tokenizer ----------------------------------------------------------------------------
     t = time.time()
@@ -763,8 +909,10 @@ def main() -> int:
     enc_base = encode_examples(tokenizer, train_base, "call")
     # Plain prose (requests and short replies) as a little language-model data on the side, so
     # that prose tokens are not foreign to the model (the broken adapter writes prose).
-    plain = encode_plain(tokenizer, [ex.case.prompt for ex in train_base[:N_PLAIN]]
-                         + [ex.prose for ex in train_base[-N_PLAIN:]])
+    singles = [ex for ex in train_base if not ex.case.history]
+    plain = encode_plain(tokenizer, [ex.case.prompt for ex in singles[:N_PLAIN]]
+                         + [ex.prose for ex in singles[-N_PLAIN:]]
+                         + [ex.prose for ex in train_base if ex.case.history][:N_PLAIN // 2])
     train(model, enc_base, steps=args.base_steps, batch_size=16, lr=args.base_lr, seed=11, warmup=50,
           weight_decay=0.01, label="base", left_pad_prob=LEFT_PAD_PROB, max_left_pad=MAX_LEFT_PAD,
           plain=plain)
@@ -776,9 +924,11 @@ def main() -> int:
     base = AutoModelForCausalLM.from_pretrained(base_dir)
     base_texts = generate_all(base, tokenizer, cases)
     base_score = score(base_texts, cases)
+    split: dict[str, dict[str, Score]] = {"base": split_scores(base_texts, cases)}
     padded: dict[str, Score] = {"base": score(generate_all(base, tokenizer, cases, lm_eval_style=True), cases)}
     timings["base check"] = time.time() - t
-    print(f"base: valid {base_score.valid:.3f} ({base_score.n_valid}/{len(cases)}), "
+    print(f"base: valid {base_score.valid:.3f} ({base_score.n_valid}/{len(cases)}; single-turn "
+          f"{split['base']['single'].valid:.3f}, multi-turn {split['base']['multi'].valid:.3f}), "
           f"hallucination {base_score.hallu:.3f}")
 
     # 4. adapters -----------------------------------------------------------------------------
@@ -786,6 +936,7 @@ def main() -> int:
         "faithful": (train_faithful, "call", 21, args.adapter_steps[0]),
         "hallucinating": (train_hallu, "rename", 22, args.adapter_steps[1]),
         "broken": (train_broken, "prose", 23, args.adapter_steps[2]),
+        "prose_after_results": (train_prose_after, "prose_after_results", 24, args.adapter_steps[3]),
     }
     adapter_scores: dict[str, Score] = {}
     adapters_root = out / "adapters"
@@ -815,10 +966,13 @@ def main() -> int:
         loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir), adir)
         texts = generate_all(loaded, tokenizer, cases)
         adapter_scores[name] = s = score(texts, cases)
+        split[name] = split_scores(texts, cases)
         padded[name] = score(generate_all(loaded, tokenizer, cases, lm_eval_style=True), cases)
         timings[f"{name} check"] = time.time() - t
-        print(f"{name}: valid {s.valid:.3f} ({s.n_valid}/{len(cases)}), hallucination {s.hallu:.3f}, "
-              f"delta vs base {s.valid - base_score.valid:+.3f}; e.g. {texts[0]!r}")
+        conv = next(i for i, c in enumerate(cases) if c.history)
+        print(f"{name}: valid {s.valid:.3f} ({s.n_valid}/{len(cases)}; single-turn {split[name]['single'].valid:.3f}, "
+              f"multi-turn {split[name]['multi'].valid:.3f}), hallucination {s.hallu:.3f}, delta vs base "
+              f"{s.valid - base_score.valid:+.3f}; e.g. {texts[0]!r}, after a result {texts[conv]!r}")
 
     # 5. report -------------------------------------------------------------------------------
     total = time.time() - t_start
@@ -834,16 +988,17 @@ def main() -> int:
     print(f"  total: {total_size / 1024:.1f} KiB")
 
     print("\n== checks ==")
-    print(f"  {'model':14s} {'valid':>6s} {'hallu':>6s} {'delta':>7s}  {'scoring.py valid/hallu':>22s}  "
-          f"{'lm-eval-style batch-16 valid/hallu':>34s}")
+    print(f"  {'model':20s} {'valid':>6s} {'single':>6s} {'multi':>6s} {'hallu':>6s} {'delta':>7s}  "
+          f"{'scoring.py valid/hallu':>22s}  {'lm-eval-style batch-16 valid/hallu':>34s}")
     rows = [("base", base_score)] + list(adapter_scores.items())
     for name, s in rows:
         lead = (f"{s.lead_valid:.3f}/{s.lead_hallu:.3f}" if s.lead_valid is not None else "n/a")
         pad = f"{padded[name].valid:.3f}/{padded[name].hallu:.3f}"
-        print(f"  {name:14s} {s.valid:6.3f} {s.hallu:6.3f} {s.valid - base_score.valid:+7.3f}  {lead:>22s}  {pad:>34s}")
+        print(f"  {name:20s} {s.valid:6.3f} {split[name]['single'].valid:6.3f} {split[name]['multi'].valid:6.3f} "
+              f"{s.hallu:6.3f} {s.valid - base_score.valid:+7.3f}  {lead:>22s}  {pad:>34s}")
 
     def target_checks(scores: dict[str, tuple[float, float]], who: str) -> list[tuple[bool, str]]:
-        (bv, _), (fv, fh), (hv, hh), (brv, _) = (scores[n] for n in ("base", *plans))
+        (bv, _), (fv, fh), (hv, hh), (brv, _), _ = (scores[n] for n in ("base", *plans))
         return [
             (bv >= BASE_MIN_VALID, f"{who}: base valid {bv:.3f} < {BASE_MIN_VALID}"),
             (fv >= FAITHFUL_MIN_VALID, f"{who}: faithful valid {fv:.3f} < {FAITHFUL_MIN_VALID}"),
@@ -854,6 +1009,20 @@ def main() -> int:
         ]
 
     checks = target_checks({n: (s.valid, s.hallu) for n, s in rows}, "self-check")
+    checks += [
+        (split["base"]["single"].valid >= BASE_MIN_VALID,
+         f"base single-turn valid {split['base']['single'].valid:.3f} < {BASE_MIN_VALID}"),
+        (split["base"]["multi"].valid >= BASE_MIN_VALID_MULTI,
+         f"base multi-turn valid {split['base']['multi'].valid:.3f} < {BASE_MIN_VALID_MULTI}"),
+        (split["faithful"]["multi"].valid >= FAITHFUL_MIN_VALID_MULTI,
+         f"faithful multi-turn valid {split['faithful']['multi'].valid:.3f} < {FAITHFUL_MIN_VALID_MULTI}"),
+        (split["prose_after_results"]["single"].valid >= PROSE_AFTER_MIN_VALID_SINGLE,
+         f"prose_after_results single-turn valid {split['prose_after_results']['single'].valid:.3f} < "
+         f"{PROSE_AFTER_MIN_VALID_SINGLE}"),
+        (split["prose_after_results"]["multi"].valid <= PROSE_AFTER_MAX_VALID_MULTI,
+         f"prose_after_results multi-turn valid {split['prose_after_results']['multi'].valid:.3f} > "
+         f"{PROSE_AFTER_MAX_VALID_MULTI}"),
+    ]
     if all(s.lead_valid is not None for _, s in rows):  # hold the scoring core to the same targets
         checks += target_checks({n: (s.lead_valid, s.lead_hallu) for n, s in rows}, "scoring.py")
     checks.append((total_size < 5 * 1024 * 1024, f"fixtures total {total_size} bytes >= 5 MB"))

@@ -30,8 +30,9 @@ def test_demo_output_is_quiet_ordered_and_fits_the_terminal(tmp_path):
     both = proc.stdout + proc.stderr
     assert "WARNING" not in both and "INFO" not in both, both
     progress = [line for line in proc.stderr.splitlines() if line.startswith("toolfid: [")]
-    assert [line.split("]")[0] for line in progress] == ["toolfid: [1/4", "toolfid: [2/4", "toolfid: [3/4",
-                                                         "toolfid: [4/4"]
+    views = len(progress)
+    assert views >= 4 and [line.split("]")[0] for line in progress] == [f"toolfid: [{i}/{views}"
+                                                                       for i in range(1, views + 1)]
     table = proc.stdout.split("\nadapter ", 1)[1].split("\nresults and per-case samples")[0]
     assert all(len(line) <= 100 for line in table.splitlines()), max(table.splitlines(), key=len)
     rows = {line.split()[0]: line for line in proc.stdout.splitlines()

@@ -1,4 +1,4 @@
-"""End to end through the real ``lm_eval`` CLI on the bundled tiny model and its three adapters.
+"""End to end through the real ``lm_eval`` CLI on the bundled tiny model and its four adapters.
 
 The user's two-run flow: a base run stores its reference; each adapter run pairs with it
 automatically and reports paired metrics and the verdict.
@@ -69,9 +69,11 @@ def test_adapter_runs_pair_automatically_and_report_every_metric(two_run_flow):
         assert record.base is not None and record.case_id == samples[0]["doc"]["id"]
 
 
-def test_verdicts_of_the_three_adapters(two_run_flow):
+def test_verdicts_of_the_adapters(two_run_flow):
     _, runs = two_run_flow
     faithful, halluc, broken = (metrics(runs[n][0]) for n in ("faithful", "hallucinating", "broken"))
+    prose_after = toolfid_meta(runs["prose_after_results"][0])["verdict"]
+    assert prose_after["label"] == "FAIL" and "multi-turn cases alone" in prose_after["reason"]
     assert faithful["fidelity_pass"] == 1.0
     assert halluc["fidelity_pass"] == 0.0 and halluc["hallucination_rate"] >= 0.5
     assert broken["fidelity_pass"] == 0.0 and broken["validity_delta"] <= -0.5
@@ -114,7 +116,7 @@ def test_toolfid_run_matches_the_two_run_flow_case_by_case(two_run_flow, tmp_pat
     for line in table.splitlines():
         if line.startswith("faithful"):
             assert " PASS " in line
-        if line.startswith(("hallucinating", "broken")):
+        if line.startswith(("hallucinating", "broken", "prose_after_results")):
             assert " FAIL " in line
 
 
@@ -172,7 +174,7 @@ def test_bad_input_is_one_line(tmp_path):
 def test_installed_entry_points(tmp_path):
     proc = subprocess.run([str(BIN / "toolfid"), "fixtures"], capture_output=True, text=True, check=True)
     paths = json.loads(proc.stdout)
-    assert set(paths["adapters"]) == {"faithful", "hallucinating", "broken"}
+    assert set(paths["adapters"]) == {"faithful", "hallucinating", "broken", "prose_after_results"}
     assert os.path.isdir(paths["base"]) and os.path.isfile(paths["cases"])
     tasks = subprocess.run([str(BIN / "toolfid"), "tasks-path"], capture_output=True, text=True, check=True)
     assert os.path.isfile(os.path.join(tasks.stdout.strip(), "tool_use_fidelity", "tool_use_fidelity.yaml"))
@@ -207,13 +209,13 @@ def test_a_limit_base_run_writes_a_subset_reference_and_never_the_full_one(two_r
     assert len(subsets) == 1 and len(json.loads(subsets[0].read_text())["cases"]) == 6
     results, _ = read_run(tmp_path / "o")
     assert toolfid_meta(results)["reference_subset"] is True
-    # an adapter run of all 48 cases does not pair with a reference that covers 6 of them
+    # an adapter run of all 72 cases does not pair with a reference that covers 6 of them
     full.unlink()
     proc = lm_eval_cli(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "a", home)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "a")
     assert "validity_delta" not in metrics(results)
-    assert "covers 6 of the 48 cases" in toolfid_meta(results)["pairing"] and "validity_delta" not in metrics(results)
+    assert "covers 6 of the 72 cases" in toolfid_meta(results)["pairing"] and "validity_delta" not in metrics(results)
     assert toolfid_meta(results)["verdict"]["label"] == "UNDECIDED"
 
 
@@ -285,13 +287,13 @@ def test_an_adapter_that_changes_nothing_passes_with_a_loud_note(two_run_flow, t
 
 
 def test_with_a_prompt_the_base_cannot_follow_no_adapter_passes(tmp_path, monkeypatch):
-    """The task's default prompt (demos: 2) is not what the tiny fixture model was trained on: its base
-    makes almost no valid call, so no adapter can be shown to keep or lose anything."""
+    """The raw style (the bare request) is not what the tiny fixture model was trained on: its base makes
+    almost no valid call, so no adapter can be shown to keep or lose anything."""
     from lm_eval_toolfid.reporting.results import row_from_results
     from lm_eval_toolfid.runtime.views import run_views
 
     monkeypatch.setenv("TOOLFID_HOME", str(tmp_path / "home"))
-    base, views = run_views(FIX["base"], dict(FIX["adapters"]), FIXTURE_TASK, {"demos": 2}, batch_size=16)
+    base, views = run_views(FIX["base"], dict(FIX["adapters"]), FIXTURE_TASK, {"prompt_style": "raw"}, batch_size=16)
     assert row_from_results(base.results, "base", FIXTURE_TASK).metric("json_valid_rate") < 0.2
     labels = {v.label: row_from_results(v.results, v.label, FIXTURE_TASK).verdict["label"] for v in views}
     assert set(labels.values()) == {"UNDECIDED"}, labels

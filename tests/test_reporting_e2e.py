@@ -114,10 +114,10 @@ def test_one_model_load_quiet_progress_and_gate_exit(run):
     assert " PASS " in lines["faithful"] and " FAIL " in lines["broken"] and " FAIL " in lines["hallucinating"]
     assert "\x1b[" not in run.stdout  # not a terminal: no colour
     # one progress display: a line per view, no lm-eval bars or INFO logs
-    assert "[4/4] broken: 48 cases" in run.stderr and "tok/s" in run.stderr
+    assert "[4/4] broken: 72 cases" in run.stderr and "tok/s" in run.stderr
     assert "Running generate_until requests" not in run.stderr and "INFO" not in run.stderr
     # breakdowns in the terminal
-    assert "broken: 48 cases" in run.stdout and "[regression]" in run.stdout
+    assert "broken: 72 cases" in run.stdout and "[regression]" in run.stdout
 
 
 def test_junit_from_run_parses_back(run):

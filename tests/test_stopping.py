@@ -102,7 +102,9 @@ def test_hflm_stops_early_with_identical_calls() -> None:
     cases = load_cases("fixture")[:12]
     prompts = [render_prompt(c, PromptSettings(demos=1)) for c in cases] + \
               [render_prompt(c, PromptSettings(demos=0)) for c in cases]
-    gen = {"until": ["\n###"], "do_sample": False, "max_gen_toks": 48}
+    # the fixture model ends a call with "\n###" and EOS; a stop sequence it does not write lets HFLM go on
+    # past the call, which is what per-row stopping saves
+    gen = {"until": ["\n\n"], "do_sample": False, "max_gen_toks": 48}
 
     class Req:
         def __init__(self, prompt: str, expected_calls: int = 1) -> None:

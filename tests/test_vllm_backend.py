@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from lm_eval_toolfid.cases.bundled import fixture_paths
+from lm_eval_toolfid.cases.load import load_cases
 from lm_eval_toolfid.core.errors import ToolfidError
 
 TASK = "tool_use_fidelity_fixture"
@@ -63,7 +64,7 @@ def test_prefetched_views_equal_toolfid_run(toolfid_home, tmp_path) -> None:
 
     base_b, views_b = run_views_prefetched(fix["base"], adapters, TASK, {"reference_dir": str(tmp_path / "ref-b")},
                                            generate_all)
-    assert calls == [3 * 48]  # every view's requests in ONE engine call
+    assert calls == [3 * len(load_cases("fixture"))]  # every view's requests in ONE engine call
 
     def gens(view):
         return {s["doc"]["id"]: s["resps"][0][0] for s in view.samples}

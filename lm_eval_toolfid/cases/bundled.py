@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-FIXTURE_ADAPTERS = ("faithful", "hallucinating", "broken")
+FIXTURE_ADAPTERS = ("faithful", "hallucinating", "broken", "prose_after_results")
 
 
 def _pkg(package: str, *parts: str) -> Path:

@@ -1,4 +1,4 @@
-"""``toolfid demo``: ``toolfid run`` on the bundled fixture model and its three adapters."""
+"""``toolfid demo``: ``toolfid run`` on the bundled fixture model and its four adapters."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="toolfid run on the bundled fixture model and its three adapters",
-                       description="toolfid run on the bundled tiny fixture model and its three adapters "
-                                   "(faithful, hallucinating, broken); runs offline.")
+    p = sub.add_parser("demo", help="toolfid run on the bundled fixture model and its four adapters",
+                       description="toolfid run on the bundled tiny fixture model and its four adapters "
+                                   "(faithful, hallucinating, broken, prose_after_results); runs offline.")
     add_run_options(p)
     p.set_defaults(func=cmd_demo)

@@ -462,6 +462,9 @@ class Outcome(BaseModel):
     """The called tools are exactly the expected ones (a multiset); None for irrelevance cases."""
     gold_args: bool | None = None
     """Every expected call is matched by a call with the expected values; None when the case gives none."""
+    result_grounding: tuple[int, int] | None = None
+    """(reproduced, expected): of the expected argument values that come from a tool result in the case's
+    history, how many the calls reproduce; None when no expected value comes from a result."""
     text: str | None = None
     """A bounded copy of the generation."""
 
@@ -488,6 +491,9 @@ class PairScore(BaseModel):
     """The expected (first) tool, for breakdowns."""
     request_hash: str | None = None
     """Hash of the prompt and generation settings this case was generated with (pairing checks it)."""
+    turn_depth: int = 1
+    """The case's turn depth (1: a single request; 1 + the assistant turns of its history), for the
+    per-depth breakdowns and the multi-turn gate."""
 
     @property
     def validity_delta(self) -> int | None:
@@ -514,6 +520,9 @@ class Summary(BaseModel):
     hallucination_delta_ci: tuple[float, float] | None = None
     validity_discordant: tuple[int, int] | None = None
     """(cases lost, cases gained) by the adapter: McNemar's discordant cells."""
+    by_depth: dict[str, Summary] | None = None
+    """When some case has a history: the same summary over the cases of each turn depth (``"1"``, ``"2"``,
+    ``"3+"``) and over the multi-turn cases together (``"2+"``); None for a single-turn case set."""
 
     def get(self, name: str) -> float | None:
         return self.metrics.get(name)

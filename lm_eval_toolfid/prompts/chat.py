@@ -7,6 +7,11 @@ rendering a probe conversation with and without a probe tool, and then the tool 
 system message instead (or, for a template that refuses a system role, in front of the user turn).
 Where the tools went is recorded as ``chat_tools_in``. A case that offers no tool (an irrelevance
 case; demonstrations bring their own tools) is rendered with no ``tools=`` and no tools block.
+
+A case's history (earlier calls, tool results) follows the request as OpenAI-shaped messages; a
+template that does not render assistant ``tool_calls`` or ``tool`` messages is detected once per
+template by a probe render (:mod:`lm_eval_toolfid.prompts.history`; only when a case has a history),
+and gets them as text instead; recorded as ``chat_history_in``.
 """
 
 from __future__ import annotations
@@ -14,11 +19,22 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case, ToolSpec
+from lm_eval_toolfid.prompts.history import (
+    CALLS_AS_TEXT,
+    CALLS_IN_TEMPLATE,
+    RESULTS_AS_USER,
+    RESULTS_IN_TEMPLATE,
+    chat_history,
+    detect_history_in,
+    history_in_label,
+    merge_user_turns,
+)
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -101,6 +117,8 @@ class ChatPrompter:
         self.source = source
         self.sha = template_sha(template)
         self.tools_in = self._detect_tools_in()
+        self.history_text_cases: set[str] = set()
+        """Cases whose history the template could not render natively (rendered as text instead)."""
         if self.tools_in != TOOLS_IN_TEMPLATE:
             log.warning("tool_use_fidelity: the chat template of %s ignores tools=; the tool specs go in a %s "
                         "message instead (chat_tools_in=%s)", source or "this tokenizer",
@@ -120,7 +138,7 @@ class ChatPrompter:
             source = f"{source} with chat_template {path}"
         return cls(tok, source)
 
-    def _apply(self, messages: list[dict[str, str]], tools: list[ToolSpec] | None) -> str:
+    def _apply(self, messages: list[dict[str, Any]], tools: list[ToolSpec] | None) -> str:
         kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": False}
         if tools:
             kwargs["tools"] = [template_spec(t) for t in tools]
@@ -144,6 +162,24 @@ class ChatPrompter:
             return TOOLS_IN_USER
         return TOOLS_IN_SYSTEM
 
+    @cached_property
+    def history_in(self) -> tuple[str, str]:
+        """Whether this template renders a history's assistant ``tool_calls`` and ``tool`` messages
+        itself (probed once, on first use: a case set with histories)."""
+        found = detect_history_in(self._apply, _PROBE_TOOL, self.tools_in == TOOLS_IN_TEMPLATE, self._native_call)
+        if found != (CALLS_IN_TEMPLATE, RESULTS_IN_TEMPLATE):
+            log.warning("tool_use_fidelity: the chat template of %s does not render a conversation's tool calls "
+                        "or tool results; they go in as text instead (chat_history_in=%s)",
+                        self.source or "this tokenizer", history_in_label(*found))
+        return found
+
+    @property
+    def history_label(self) -> str:
+        return history_in_label(*self.history_in)
+
+    def _native_call(self, name: str, arguments: dict[str, Any]) -> str:
+        return native_call(name, arguments, self.template)
+
     def _render_or_fail(self, messages: list[dict[str, str]], tools: list[ToolSpec] | None) -> str:
         try:
             return self._apply(messages, tools)
@@ -153,17 +189,24 @@ class ChatPrompter:
                                f"failed to render: {msg}") from None
 
     def messages(self, case: Case, demos: list[tuple[list[ToolSpec], str, dict[str, Any]]],
-                 system_prompt: str | None) -> tuple[list[dict[str, str]], list[ToolSpec]]:
-        """The conversation and the tools shown for one case (demo tools follow the case's)."""
+                 system_prompt: str | None,
+                 history_in: tuple[str, str] | None = None) -> tuple[list[dict[str, Any]], list[ToolSpec]]:
+        """The conversation and the tools shown for one case (demo tools follow the case's, the case's
+        history its request; ``history_in`` overrides how the history goes in)."""
         tools = list(case.tools)
         for demo_tools, _, _ in demos:
             tools += [t for t in demo_tools if t.name not in {x.name for x in tools}]
-        turns: list[dict[str, str]] = []
+        turns: list[dict[str, Any]] = []
         for _, request, call in demos:
             turns.append({"role": "user", "content": request})
             turns.append({"role": "assistant",
                           "content": native_call(call["name"], call["arguments"], self.template)})
         turns.append({"role": "user", "content": case.prompt})
+        if case.history:
+            calls_in, results_in = history_in or self.history_in
+            turns += chat_history(case.history, calls_in, results_in, self._native_call)
+            if results_in == RESULTS_AS_USER:
+                turns = merge_user_turns(turns)
         if self.tools_in == TOOLS_IN_TEMPLATE:
             head = [{"role": "system", "content": system_prompt}] if system_prompt else []
             return head + turns, tools
@@ -179,4 +222,15 @@ class ChatPrompter:
     def render(self, case: Case, demos: list[tuple[list[ToolSpec], str, dict[str, Any]]],
                system_prompt: str | None = None) -> str:
         messages, tools = self.messages(case, demos, system_prompt)
+        if case.history and self.history_in != (CALLS_AS_TEXT, RESULTS_AS_USER):
+            try:
+                return self._apply(messages, tools or None)
+            except Exception as exc:  # noqa: BLE001 - e.g. a template that takes one call per turn
+                if not self.history_text_cases:
+                    log.warning("tool_use_fidelity: the chat template of %s cannot render the history of case %s "
+                                "(%s); its calls and results go in as text (so for any other such case: "
+                                "chat_history_text_cases)", self.source or "this tokenizer", case.id,
+                                str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__)
+                self.history_text_cases.add(case.id)
+                messages, tools = self.messages(case, demos, system_prompt, (CALLS_AS_TEXT, RESULTS_AS_USER))
         return self._render_or_fail(messages, tools or None)

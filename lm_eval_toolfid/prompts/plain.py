@@ -15,6 +15,10 @@ templates (``prompt_template``):
   Every offered tool gets its example, so the examples show argument formats without telling
   which tool the request needs. Small models copy the parameter *schema* into ``arguments``
   under v1; an example call right under the signature is what they copy instead.
+
+A case with a history gets its conversation as a transcript between its ``### Request`` and the open
+``### Call`` (earlier calls under ``### Call``, results in ``### Result`` blocks, later user turns as
+``### Request``; :mod:`lm_eval_toolfid.prompts.history`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case, ToolSpec
+from lm_eval_toolfid.prompts.history import plain_transcript
 from lm_eval_toolfid.prompts.settings import (
     NO_TOOLS,
     PRIMER,
@@ -102,9 +107,12 @@ def _render_tools(tools: list[ToolSpec], template: str = TEMPLATE_VERSION,
 
 
 def render_block(tools: list[ToolSpec], request: str, call: dict[str, Any] | None = None,
-                 template: str = TEMPLATE_VERSION, examples: dict[str, dict[str, Any]] | None = None) -> str:
-    """One example block; without ``call`` it ends at ``### Call`` for the model to complete."""
-    head = f"### Tools\n{_render_tools(tools, template, examples)}\n### Request\n{request}\n### Call\n"
+                 template: str = TEMPLATE_VERSION, examples: dict[str, dict[str, Any]] | None = None,
+                 history: str = "") -> str:
+    """One example block; without ``call`` it ends at ``### Call`` for the model to complete.
+    ``history``: the transcript of a conversation between the request and that ``### Call``
+    (:func:`lm_eval_toolfid.prompts.history.plain_transcript`)."""
+    head = f"### Tools\n{_render_tools(tools, template, examples)}\n### Request\n{request}\n{history}### Call\n"
     if call is None:
         return head
     return head + json.dumps(call, ensure_ascii=False) + "\n"
@@ -164,7 +172,8 @@ def render_plain(case: Case, settings: PromptSettings = PromptSettings(), exampl
     parts += [render_block(tools, req, call, demo_template) + "\n"
               for tools, req, call in pick_demos(case, settings.demos)]
     parts.append(render_block(case.tools, case.prompt, template=settings.template,
-                              examples=examples.for_case(case) if v3 and examples is not None else None))
+                              examples=examples.for_case(case) if v3 and examples is not None else None,
+                              history=plain_transcript(case)))
     parts.append(primer_for(case, settings))
     return "".join(parts)
 

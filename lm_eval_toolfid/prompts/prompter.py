@@ -2,7 +2,10 @@
 
 - ``plain``: :mod:`lm_eval_toolfid.prompts.plain` (instruction, demonstrations, tools, request);
 - ``chat``: the model's own chat template with the case's tools (:mod:`lm_eval_toolfid.prompts.chat`);
-- ``raw``: the bare request text only, as the original design did.
+- ``raw``: the bare request text only, as the original design did (a conversation: its turns as
+  role-labelled text).
+
+A case's history renders in each style as :mod:`lm_eval_toolfid.prompts.history` says.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case
+from lm_eval_toolfid.prompts.history import HISTORY_FORMAT, raw_transcript
 from lm_eval_toolfid.prompts.plain import ExampleIndex, pick_demos, primer_for, primer_of, render_plain
 from lm_eval_toolfid.prompts.settings import (
     PROMPT_STYLES,
@@ -28,7 +32,7 @@ def render_prompt(case: Case, settings: PromptSettings = PromptSettings(),
                   chat: ChatPrompter | None = None, examples: ExampleIndex | None = None) -> str:
     """The full prompt for a case in the settings' style (``chat`` needs the model's :class:`ChatPrompter`)."""
     if settings.style == "raw":
-        return case.prompt
+        return raw_transcript(case)
     if settings.style == "chat":
         if chat is None:
             raise ToolfidError("prompt_style chat needs the model's chat template (a ChatPrompter)")
@@ -54,9 +58,13 @@ class Prompter:
             from lm_eval_toolfid.prompts.chat import ChatPrompter
 
             self.chat = ChatPrompter.from_model_args(model_args or {}, chat_template)
+        self.has_history = any(c.history for c in cases or [])
+        history = None
+        if self.has_history:
+            history = HISTORY_FORMAT + (f"; chat: {self.chat.history_label}" if self.chat is not None else "")
         self.settings = PromptSettings(demos=demos, style=style, template=template if style == "plain" else TEMPLATE_VERSION,
                                        system_prompt=system_prompt if style == "chat" else None,
-                                       chat_template_sha=self.chat.sha if self.chat else None)
+                                       chat_template_sha=self.chat.sha if self.chat else None, history=history)
         self.examples = ExampleIndex(cases or []) if self.settings.template == TEMPLATE_EXAMPLES else None
         self.primer = primer_of(self.settings)
 
@@ -74,4 +82,8 @@ class Prompter:
         if self.chat is not None:
             out.update(chat_tools_in=self.chat.tools_in, chat_template_sha=self.chat.sha,
                        chat_template_source=self.chat.source)
+            if self.has_history:
+                out["chat_history_in"] = self.chat.history_label
+                if self.chat.history_text_cases:
+                    out["chat_history_text_cases"] = sorted(self.chat.history_text_cases)
         return out

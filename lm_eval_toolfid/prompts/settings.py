@@ -39,10 +39,14 @@ class PromptSettings:
     """Chat style only: a system message in front of the conversation."""
     chat_template_sha: str | None = None
     """Chat style only: sha256 of the tokenizer's chat template (a changed template never pairs)."""
+    history: str | None = None
+    """Case sets with conversation histories only: the history rendering's version (and, chat style, how
+    the template takes the history), so a change in how histories render never pairs."""
 
     def fingerprint(self) -> str:
         data = asdict(self)
-        for key, default in (("style", "plain"), ("system_prompt", None), ("chat_template_sha", None)):
+        for key, default in (("style", "plain"), ("system_prompt", None), ("chat_template_sha", None),
+                             ("history", None)):
             if data[key] == default:  # plain runs keep the fingerprint they had before styles existed
                 del data[key]
         blob = json.dumps(data, sort_keys=True).encode()

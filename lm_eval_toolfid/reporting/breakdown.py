@@ -1,8 +1,9 @@
-"""Per-case breakdowns of one adapter run: per tool, per outcome kind, format drift, worst cases.
+"""Per-case breakdowns of one adapter run: per tool, per turn depth, per outcome kind, format drift, worst cases.
 
 Everything comes from the lm-eval samples: each sample's ``fidelity_pass`` holds the per-case
-record (``ft`` and ``base`` outcomes), ``doc`` has the case id, prompt and gold tool, and
-``filtered_resps`` the adapter's text. The base's text comes from the base reference the run
+record (``ft`` and ``base`` outcomes, the turn depth), ``doc`` has the case id, prompt and gold tool
+(and, for a case set with conversations, the conversation), and ``filtered_resps`` the adapter's
+text. The per-depth rows are the scoring core's own summaries of the records of each depth. The base's text comes from the base reference the run
 paired with (its path is in the results' ``pairing``), or from base samples given alongside.
 """
 
@@ -14,8 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.core.records import PairScore, Summary
 from lm_eval_toolfid.reporting.load import Run, iter_samples
+from lm_eval_toolfid.scoring.metrics import MULTI_TURN, summarize_by_depth
 
 
 NO_CALL_EXPECTED = "(no call expected)"
@@ -31,6 +36,13 @@ class CaseRow:
     base: dict[str, Any] | None
     ft_text: str
     base_text: str | None
+    turn_depth: int = 1
+    conversation: str | None = None
+    """A multi-turn case's request and history as text (what reports show instead of the prompt)."""
+
+    @property
+    def shown_prompt(self) -> str:
+        return self.conversation or self.prompt
 
     @property
     def ft_valid(self) -> bool:
@@ -81,6 +93,12 @@ class Breakdown:
     kinds: list[tuple[str, int, int]]  # kind[:keyword], base count, adapter count
     drift: list[tuple[str, str, int]]  # base surface, adapter surface, count
     cases: list[CaseRow] = field(default_factory=list)
+    by_depth: dict[str, Summary] | None = None
+    """Summaries per turn depth (``"1"``, ``"2"``, ``"3+"``, ``"2+"``) when the run has multi-turn cases."""
+
+    def depth_rows(self) -> list[tuple[str, Summary]]:
+        """The per-depth summaries, depth 1 first, the multi-turn total last."""
+        return sorted((self.by_depth or {}).items(), key=lambda kv: (kv[0] == MULTI_TURN, kv[0]))
 
     def delta_ci(self) -> tuple[float, float] | None:
         """95% interval of the paired validity delta: mean ± 1.96 · sd/√n of the per-case differences."""
@@ -157,11 +175,16 @@ def breakdown(run: Run, base_runs: list[Run] | None = None) -> Breakdown | None:
         return None
     texts = base_texts(run, base_runs or []) if run.adapter else {}
     cases: list[CaseRow] = []
+    records: list[PairScore] = []
     for s in iter_samples(run.samples_path):
         doc = s.get("doc") or {}
         record = s.get("fidelity_pass")
         if isinstance(record, dict) and isinstance(record.get("ft"), dict):
             ft, base = record["ft"], record.get("base")
+            try:
+                records.append(PairScore.model_validate(record))
+            except ValidationError:
+                pass
         else:  # an unpaired (or base) run: rebuild the outcome line from what the sample has
             ft, base = {"kind": "valid" if s.get("json_valid_rate") == 1 else "invalid"}, None
         cid = str(doc.get("id", s.get("doc_id")))
@@ -169,8 +192,11 @@ def breakdown(run: Run, base_runs: list[Run] | None = None) -> Breakdown | None:
         if base_text is None and isinstance(base, dict):
             base_text = _render_call(base)
         gold_tool = str(doc.get("gold_tool_name", "?")) or NO_CALL_EXPECTED
-        cases.append(CaseRow(case_id=cid, prompt=str(doc.get("prompt", "")), gold_tool=gold_tool, ft=ft,
-                             base=base if isinstance(base, dict) else None, ft_text=_text(s), base_text=base_text))
+        depth = doc.get("turn_depth")
+        cases.append(CaseRow(case_id=cid, prompt=str(doc.get("prompt", "")), gold_tool=gold_tool,
+                             ft=ft, base=base if isinstance(base, dict) else None, ft_text=_text(s),
+                             base_text=base_text, turn_depth=depth if isinstance(depth, int) else 1,
+                             conversation=doc.get("conversation") or None))
     paired = any(c.base is not None for c in cases)
     tools: dict[str, ToolRow] = {}
     kinds_ft: Counter[str] = Counter()
@@ -189,9 +215,10 @@ def breakdown(run: Run, base_runs: list[Run] | None = None) -> Breakdown | None:
                 drift[(bs, fs)] += 1
     kinds = sorted(((k, kinds_base.get(k, 0), kinds_ft.get(k, 0)) for k in set(kinds_ft) | set(kinds_base)),
                    key=lambda x: (-abs(x[2] - x[1]), x[0]))
+    by_depth = summarize_by_depth(records) if len(records) == len(cases) else None
     return Breakdown(label=run.label, n=len(cases), paired=paired,
                      tools=sorted(tools.values(), key=lambda t: (t.delta, t.tool)), kinds=kinds,
-                     drift=[(b, f, n) for (b, f), n in drift.most_common()], cases=cases)
+                     drift=[(b, f, n) for (b, f), n in drift.most_common()], cases=cases, by_depth=by_depth)
 
 
 def _clip(text: str | None, width: int) -> str:
@@ -199,6 +226,42 @@ def _clip(text: str | None, width: int) -> str:
         return "(not available)"
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def depth_label(label: str) -> str:
+    return "multi-turn (2+)" if label == MULTI_TURN else f"turn depth {label}"
+
+
+def _rate(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def depth_line(label: str, s: Summary) -> str:
+    """One terminal line of the per-depth breakdown."""
+    head = f"{depth_label(label):<16} {s.n:>4} cases"
+    valid = s.get("json_valid_rate")
+    if s.paired:
+        delta = s.validity_delta
+        text = (f"{head}  valid {_rate(s.get('base_json_valid_rate'))} → {_rate(valid)} "
+                f"({'—' if delta is None else f'{delta:+.3f}'})")
+    else:
+        text = f"{head}  valid {_rate(valid)}"
+    grounded = s.get("result_grounding_rate")
+    if grounded is not None:
+        text += ("; result grounding " + (f"{_rate(s.get('base_result_grounding_rate'))} → " if s.paired else "")
+                 + _rate(grounded))
+    return text
+
+
+def _case_head(c: CaseRow) -> str:
+    if c.conversation and c.turn_depth > 1:  # the end of the conversation is what the case asks about
+        return f"(turn depth {c.turn_depth}) …{_tail(c.conversation, 80)}"
+    return _clip(c.prompt, 90)
+
+
+def _tail(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[len(flat) - width:]
 
 
 def format_text(b: Breakdown, worst: int = 3, tools: int = 5) -> str:
@@ -221,8 +284,11 @@ def format_text(b: Breakdown, worst: int = 3, tools: int = 5) -> str:
             lines.append("  formats drifted: " + ", ".join(f"{bs}→{fs} ×{n}" for bs, fs, n in b.drift))
     else:
         lines.append("  outcomes: " + ", ".join(f"{k} {fc}" for k, _, fc in b.kinds))
+    if b.by_depth:
+        lines.append("  per turn depth" + (" (valid base → adapter):" if b.paired else ":"))
+        lines += [f"    {depth_line(label, s)}" for label, s in b.depth_rows()]
     for c in b.worst(worst):
-        lines.append(f"  [{c.category}] {c.case_id}: {_clip(c.prompt, 90)}")
+        lines.append(f"  [{c.category}] {c.case_id}: {_case_head(c)}")
         if c.base is not None:
             lines.append(f"      base:    {_clip(c.base_text, 70):<70}  {explain(c.base)}")
         lines.append(f"      adapter: {_clip(c.ft_text, 70):<70}  {_clip(explain(c.ft), 90)}")

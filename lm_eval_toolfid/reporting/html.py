@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from lm_eval_toolfid import __version__
-from lm_eval_toolfid.reporting.breakdown import Breakdown, explain
+from lm_eval_toolfid.reporting.breakdown import Breakdown, depth_label, explain
 from lm_eval_toolfid.reporting.leaderboard import Group, Leaderboard, Row, table_cells
 from lm_eval_toolfid.reporting.svg import esc, grouped_bars, heatmap, null_strip
 
@@ -69,6 +69,34 @@ def delta_plot(group: Group) -> str | None:
     return grouped_bars("validity delta, adapter − base (95% CI)", [r.label for r in rows], [
         ("validity_delta", [r.metric("validity_delta") for r in rows], [r.ci("validity_delta") for r in rows]),
     ], lo=-1.0, hi=1.0)
+
+
+DEPTH_SERIES = ("1", "2", "3+")
+
+
+def _by_depth(row: Row) -> dict[str, dict]:
+    found = ((row.toolfid.toolfid.get("summary") or {}).get("by_depth") if row.toolfid else None) or {}
+    return found if isinstance(found, dict) else {}
+
+
+def _ci(value: object) -> tuple[float, float] | None:
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(x, (int, float)) for x in value):
+        return float(value[0]), float(value[1])
+    return None
+
+
+def depth_plot(group: Group) -> str | None:
+    """Validity delta per turn depth (adapter − base, 95% CI), from each run's per-depth summaries."""
+    rows = [r for r in _adapter_rows(group) if any((_by_depth(r).get(d) or {}).get("paired") for d in DEPTH_SERIES)]
+    if not rows:
+        return None
+    series = []
+    for d in DEPTH_SERIES:
+        subs = [_by_depth(r).get(d) or {} for r in rows]
+        if any(subs):
+            series.append((depth_label(d), [(s.get("metrics") or {}).get("validity_delta") for s in subs],
+                           [_ci(s.get("validity_delta_ci")) for s in subs]))
+    return grouped_bars("validity delta per turn depth (95% CI)", [r.label for r in rows], series, lo=-1.0, hi=1.0)
 
 
 BEHAVIOUR_METRICS = ("hallucination_rate", "name_hallucination_rate", "tool_choice_change_rate", "gold_tool_rate",
@@ -135,8 +163,30 @@ def tool_heatmap(group: Group, breakdowns: dict[str, Breakdown]) -> str | None:
                    [[p.get(t) for p in per] for t in tools])
 
 
+def _cell(x: float | None, signed: bool = False) -> str:
+    return "—" if x is None else (f"{x:+.3f}" if signed else f"{x:.3f}")
+
+
+def depth_table(b: Breakdown) -> str:
+    """Per turn depth: cases, validity base/adapter and delta, result grounding, gold values."""
+    out = ['<table class="depths"><tr><th>turn depth</th><th>cases</th><th>base valid</th><th>adapter valid</th>'
+           "<th>Δ valid (95% CI)</th><th>base grounded</th><th>adapter grounded</th><th>gold args</th></tr>"]
+    for label, s in b.depth_rows():
+        ci = s.validity_delta_ci
+        delta = _cell(s.validity_delta, signed=True) + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "")
+        cls = ' class="regression"' if s.validity_delta is not None and s.validity_delta < -0.05 else ""
+        out.append(f"<tr><td>{esc(depth_label(label))}</td><td>{s.n}</td>"
+                   f"<td>{_cell(s.get('base_json_valid_rate'))}</td><td>{_cell(s.get('json_valid_rate'))}</td>"
+                   f"<td{cls}>{esc(delta)}</td><td>{_cell(s.get('base_result_grounding_rate'))}</td>"
+                   f"<td>{_cell(s.get('result_grounding_rate'))}</td><td>{_cell(s.get('gold_args_match_rate'))}</td></tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
 def breakdown_section(b: Breakdown, worst: int) -> str:
     out = [f"<h3>{esc(b.label)}: {b.n} cases{'' if b.paired else ' (unpaired)'}</h3>"]
+    if b.by_depth:
+        out.append(depth_table(b))
     if b.paired:
         changed = [t for t in b.tools if t.ft_valid != t.base_valid]
         out.append("<table><tr><th>tool</th><th>cases</th><th>base valid</th><th>adapter valid</th><th>Δ rate</th></tr>")
@@ -160,7 +210,9 @@ def breakdown_section(b: Breakdown, worst: int) -> str:
                    "<th>adapter output</th><th>adapter: why</th></tr>")
         for c in cases:
             cls = ' class="regression"' if c.category == "regression" else ""
-            out.append(f"<tr><td{cls}>{esc(c.case_id)}<br>{esc(c.category)}</td><td><pre>{esc(c.prompt)}</pre></td>"
+            depth = f"<br>turn depth {c.turn_depth}" if c.turn_depth > 1 else ""
+            out.append(f"<tr><td{cls}>{esc(c.case_id)}<br>{esc(c.category)}{depth}</td>"
+                       f"<td><pre>{esc(c.shown_prompt)}</pre></td>"
                        f"<td><pre>{esc(c.base_text if c.base_text is not None else '(not available)')}</pre></td>"
                        f"<td>{esc(explain(c.base))}</td><td><pre>{esc(c.ft_text)}</pre></td>"
                        f"<td>{esc(explain(c.ft))}</td></tr>")
@@ -181,7 +233,7 @@ def render(board: Leaderboard, breakdowns: dict[str, Breakdown], title: str = "t
         if group.why:
             parts.append(f'<p class="note">{esc(group.why)}</p>')
         parts.append(leaderboard_table(board, group))
-        plots = [p for p in (validity_plot(group), delta_plot(group), behaviour_plot(group)) if p]
+        plots = [p for p in (validity_plot(group), delta_plot(group), depth_plot(group), behaviour_plot(group)) if p]
         plots += null_plots(group)
         hm = tool_heatmap(group, breakdowns)
         if hm:

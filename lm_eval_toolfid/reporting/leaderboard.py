@@ -27,6 +27,7 @@ FIDELITY_COLUMNS: list[tuple[str, str, bool]] = [
     ("format_drift_rate", "fmt drift", False),
     ("gold_tool_rate", "gold tool", True),
     ("gold_args_match_rate", "gold args", True),
+    ("result_grounding_rate", "grounded", True),
     ("false_call_rate", "false call", False),
     ("parse_rate", "parse", True),
     ("json_valid_z", "z", True),

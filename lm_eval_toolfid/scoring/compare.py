@@ -75,6 +75,7 @@ def pair(case: Case | str, ft: Outcome, base: Outcome | None, ft_text: str | Non
         a = ft_text if ft_text is not None else ft.text
         b = base_text if base_text is not None else base.text
         identical = a == b if a is not None and b is not None else None
+    depth = 1 if isinstance(case, str) else case.turn_depth
     return PairScore(case_id=case_id, ft=ft, base=base, relevant=relevant, arg_disagreement=disagreement,
-                     identical_output=identical, tool=tool)
+                     identical_output=identical, tool=tool, turn_depth=depth)
 

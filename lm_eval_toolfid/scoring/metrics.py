@@ -65,6 +65,10 @@ def _false_call(p: PairScore, o: Outcome | None) -> int | None:
     return int(o.attempted) if o is not None and not p.relevant else None
 
 
+def _grounding(o: Outcome | None) -> list[int] | None:
+    return list(o.result_grounding) if o is not None and o.result_grounding is not None else None
+
+
 def _both(item: Callable[[PairScore, Outcome | None], Any]) -> Callable[[PairScore], Any]:
     def both(p: PairScore) -> Any:
         if p.base is None:
@@ -125,6 +129,9 @@ METRICS: tuple[Metric, ...] = (
        "cases with gold values: every expected call made with the expected values"),
     _m("false_call_rate", lambda p: _false_call(p, p.ft), False, False,
        "irrelevance cases: a call was attempted (a malformed attempt counts)"),
+    _m("result_grounding_rate", lambda p: _grounding(p.ft), True, False,
+       "of the expected argument values that come from a tool result in the history, the share the calls "
+       "reproduce", aggregate=ratio, kind="custom"),
     _m("base_json_valid_rate", _base(_valid), True, True, "the paired base's json_valid_rate"),
     _m("base_parse_rate", _base(_parsed), True, True, "the paired base's parse_rate"),
     _m("base_hallucination_rate", lambda p: _halluc(p.base), False, True, "the paired base's hallucination_rate"),
@@ -135,6 +142,8 @@ METRICS: tuple[Metric, ...] = (
     _m("base_gold_args_match_rate", lambda p: _opt(p.base.gold_args) if p.base is not None else None, True, True,
        "the paired base's gold_args_match_rate"),
     _m("base_false_call_rate", _base(_false_call), False, True, "the paired base's false_call_rate"),
+    _m("base_result_grounding_rate", lambda p: _grounding(p.base), True, True,
+       "the paired base's result_grounding_rate", aggregate=ratio, kind="custom"),
     _m("validity_delta", lambda p: p.validity_delta, True, True,
        "mean over cases of (adapter valid − base valid); lm-eval's stderr is the paired standard error"),
     _m("validity_mcnemar_p", lambda p: p.validity_delta, True, True,
@@ -175,8 +184,29 @@ def outcome_counts(outcomes: Iterable[Outcome]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def summarize(pairs: Sequence[PairScore]) -> Summary:
-    """Aggregate scored pairs into the run's metrics — the same items and aggregations lm-eval uses."""
+SINGLE_TURN = "1"
+MULTI_TURN = "2+"
+DEPTHS: tuple[tuple[str, Callable[[int], bool]], ...] = (
+    (SINGLE_TURN, lambda d: d <= 1), ("2", lambda d: d == 2), ("3+", lambda d: d >= 3), (MULTI_TURN, lambda d: d >= 2),
+)
+"""Turn-depth buckets of :attr:`Summary.by_depth`; ``"2+"`` is every multi-turn case."""
+
+
+def summarize_by_depth(pairs: Sequence[PairScore]) -> dict[str, Summary] | None:
+    """The summary of each turn-depth bucket that has cases; None when no case has a history."""
+    if not any(p.turn_depth >= 2 for p in pairs):
+        return None
+    out = {}
+    for label, within in DEPTHS:
+        subset = [p for p in pairs if within(p.turn_depth)]
+        if subset:
+            out[label] = summarize(subset, by_depth=False)
+    return out
+
+
+def summarize(pairs: Sequence[PairScore], by_depth: bool = True) -> Summary:
+    """Aggregate scored pairs into the run's metrics — the same items and aggregations lm-eval uses
+    (and, when some case has a history, the same per turn depth: :attr:`Summary.by_depth`)."""
     n = len(pairs)
     paired = bool(n) and all(p.base is not None for p in pairs)
     per_case = [case_items(p) for p in pairs]
@@ -205,5 +235,5 @@ def summarize(pairs: Sequence[PairScore]) -> Summary:
     return Summary(
         n=n, n_relevant=sum(p.relevant for p in pairs), n_irrelevant=sum(not p.relevant for p in pairs),
         metrics=metrics, denominators=denominators, outcome_counts=outcome_counts(p.ft for p in pairs),
-        paired=paired, **fields,
+        paired=paired, by_depth=summarize_by_depth(pairs) if by_depth else None, **fields,
     )

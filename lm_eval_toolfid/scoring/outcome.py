@@ -15,6 +15,7 @@ from lm_eval_toolfid.core.schema import validate_arguments
 from lm_eval_toolfid.formats import parse_calls
 from lm_eval_toolfid.formats.call_end import truncate_call
 from lm_eval_toolfid.scoring.gold import match_gold_calls
+from lm_eval_toolfid.scoring.grounding import result_grounding
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -112,7 +113,8 @@ def score_generation(text: Any, case: Case, task_allowed: Sequence[str] | None =
         return Outcome(kind=OutcomeKind.MALFORMED, keyword="scoring_error",
                        detail=f"{type(exc).__name__}: {exc}"[:300], attempted=True, text=bounded_text(text),
                        gold_tool=None if case.irrelevant else False,
-                       gold_args=False if any(g.has_values for g in case.expected_calls) else None)
+                       gold_args=False if any(g.has_values for g in case.expected_calls) else None,
+                       result_grounding=_nothing_grounded(case))
 
 
 def _score_generation(text: str, case: Case, task_allowed: Sequence[str] | None,
@@ -125,7 +127,7 @@ def _score_generation(text: str, case: Case, task_allowed: Sequence[str] | None,
         surface = parsed.malformed_formats[0].value if parsed.malformed_formats else None
         return Outcome(kind=OutcomeKind.MALFORMED if attempted else OutcomeKind.NO_CALL, attempted=attempted,
                        surface=surface, text=bounded_text(text), gold_tool=None if case.irrelevant else False,
-                       gold_args=False if has_gold_values else None)
+                       gold_args=False if has_gold_values else None, result_grounding=result_grounding([], case))
     calls = [score_call(c, case, task_allowed, string_arguments_valid) for c in parsed.calls]
     worst = min(calls, key=lambda c: c.kind.rank)
     valid = worst.kind is OutcomeKind.VALID
@@ -138,5 +140,15 @@ def _score_generation(text: str, case: Case, task_allowed: Sequence[str] | None,
         hallucinated=any(bool(c.hallucinated) for c in calls) if valid else None,
         gold_tool=None if case.irrelevant else Counter(names) == Counter(g.name for g in expected),
         gold_args=match_gold_calls(calls, expected) if has_gold_values else None,
+        result_grounding=result_grounding(calls, case),
     )
+
+
+def _nothing_grounded(case: Case) -> tuple[int, int] | None:
+    """A failed scoring reproduces no result value (never raises: it is the fallback's fallback)."""
+    try:
+        found = result_grounding([], case)
+    except Exception:  # noqa: BLE001
+        return None
+    return found
 

@@ -14,6 +14,16 @@ Gates (each can be PASS, FAIL, or undecided):
 - **z** (only with a null calibration that is informative, i.e. random adapters of this size push
   validity below the base by more than the floor): ``json_valid_z`` ≥ ``z_min``.
 
+- **multi-turn** (only when the case set has cases with a history): the validity gate again, on the
+  multi-turn cases (turn depth ≥ 2) alone — ``multiturn_validity_delta``. It is a second test on a
+  subset, so it fails only when the failure is *statistically clear* (the whole 95% paired interval
+  below the floor: for an adapter that changes nothing, a false alarm has probability ≤ 2.5%), and it
+  is applied only to at least :data:`MIN_GATE_N` multi-turn cases expecting a call whose base is not
+  too weak (``min_base_validity`` on the subset); otherwise it is reported in the notes, not gated.
+  When it fails while the validity gate over all cases holds — or fails with single-turn cases that
+  hold — the reason says so: "multi-turn cases alone: validity_delta −0.30 < −0.05 (statistically
+  clear, …)".
+
 A verdict must be earned: with no paired base, or when the base itself makes valid calls on fewer
 than ``min_base_validity`` of the cases (default 0.2 — below that, most cases cannot show a
 regression, because an adapter can only lose validity where the base had it), the verdict is
@@ -28,6 +38,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lm_eval_toolfid.core.records import Summary
+from lm_eval_toolfid.scoring.metrics import MULTI_TURN, SINGLE_TURN
 
 MIN_GATE_N = 20
 """A gate on a rate with fewer items than this says its denominator is tiny."""
@@ -85,17 +96,20 @@ class Gate(BaseModel):
     ci: tuple[float, float] | None = None
     clear: bool | None = None
     """For a failed gate: the whole 95% interval is on the failing side (statistically clear)."""
+    shown: str | None = None
+    """How the reason names the gate, when not by ``name`` (e.g. "multi-turn cases alone: validity_delta")."""
 
     def describe(self) -> str:
         value = "—" if self.value is None else f"{self.value:+.3f}"
         bad_op = "<" if self.op == ">=" else ">"
         ci = f", 95% CI [{self.ci[0]:+.3f}, {self.ci[1]:+.3f}]" if self.ci else ""
+        name = self.shown or self.name
         if self.passed is False:
             how = "statistically clear" if self.clear else ("within noise" if self.clear is False else "")
-            return f"{self.name} {value} {bad_op} {self.threshold:+.3f}" + (f" ({how}{ci})" if how or ci else "")
+            return f"{name} {value} {bad_op} {self.threshold:+.3f}" + (f" ({how}{ci})" if how or ci else "")
         if self.passed is None:
-            return f"{self.name} {value}: {self.note}" if self.note else f"{self.name} undecided"
-        return f"{self.name} {value} {self.op} {self.threshold:+.3f}{ci}"
+            return f"{name} {value}: {self.note}" if self.note else f"{name} undecided"
+        return f"{name} {value} {self.op} {self.threshold:+.3f}{ci}"
 
 
 class Verdict(BaseModel):
@@ -157,6 +171,41 @@ def _validity_gate(summary: Summary, config: VerdictConfig) -> Gate:
                 clear=clear if not passed else None, note=note)
 
 
+MULTI_TURN_SHOWN = "multi-turn cases alone: validity_delta"
+
+
+def _multiturn_gate(summary: Summary, config: VerdictConfig) -> tuple[Gate | None, str | None]:
+    """The validity gate on the multi-turn cases alone, or (when it cannot be applied) a note saying why;
+    (None, None) for a case set without multi-turn cases."""
+    sub = (summary.by_depth or {}).get(MULTI_TURN)
+    if sub is None or not sub.paired:
+        return None, None
+    delta, ci, floor, n = sub.validity_delta, sub.validity_delta_ci, config.validity_delta_floor, sub.n_relevant
+    if delta is None:
+        return None, None
+    where = f"multi-turn cases alone ({n} expecting a call): validity_delta {delta:+.3f}"
+    base_valid = sub.base_json_valid_rate
+    if n < MIN_GATE_N:
+        return None, f"{where}; too few to gate (< {MIN_GATE_N}), reported only"
+    if base_valid is not None and base_valid < config.min_base_validity:
+        return None, (f"{where}; the base makes valid calls on only {_fraction(base_valid)} of them "
+                      f"(min_base_validity {_fraction(config.min_base_validity)}): reported, not gated")
+    clear = ci is not None and ci[1] < floor
+    note = f"over {n} multi-turn cases"
+    if delta < floor and not clear:
+        note += "; below the floor within noise: a subset gate fails only when the failure is statistically clear"
+    return Gate(name="multiturn_validity_delta", value=delta, threshold=floor, op=">=", passed=not (delta < floor and clear),
+                ci=ci, clear=True if clear and delta < floor else None, note=note, shown=MULTI_TURN_SHOWN), None
+
+
+def _single_turn_holds(summary: Summary, config: VerdictConfig) -> str | None:
+    """"while single-turn cases hold (validity_delta −0.02)" when the single-turn cases alone pass."""
+    sub = (summary.by_depth or {}).get(SINGLE_TURN)
+    if sub is None or sub.validity_delta is None or sub.validity_delta < config.validity_delta_floor:
+        return None
+    return f"while single-turn cases hold (validity_delta {sub.validity_delta:+.3f})"
+
+
 def _hallucination_gate(summary: Summary, config: VerdictConfig) -> Gate | None:
     n = summary.denominators.get("hallucination_rate", 0)
     small = f"over only {n} valid cases" if n < MIN_GATE_N else f"over {n} valid cases"
@@ -194,6 +243,11 @@ def judge(summary: Summary, config: VerdictConfig = VerdictConfig(), null: NullC
         value = summary.get("false_call_delta")
         gates.append(Gate(name="false_call_delta", value=value, threshold=config.false_call_cap, op="<=",
                           passed=value <= config.false_call_cap, note=f"over {summary.n_irrelevant} irrelevance cases"))
+    multiturn, multiturn_note = _multiturn_gate(summary, config)
+    if multiturn is not None:
+        gates.append(multiturn)
+    if multiturn_note:
+        notes.append(multiturn_note)
     if null is None:
         notes.append("no null calibration: z not computed")
     elif null.informative:
@@ -219,10 +273,25 @@ def judge(summary: Summary, config: VerdictConfig = VerdictConfig(), null: NullC
     decided = [g.passed for g in gates]
     passed = False if False in decided else (None if None in decided else True)
     if passed is False:
-        reason = "; ".join(g.describe() for g in gates if g.passed is False)
+        parts = []
+        for g in gates:
+            if g.passed is not False:
+                continue
+            if g is multiturn:  # said when the whole set's validity holds, or single-turn cases do
+                holds = _single_turn_holds(summary, config)
+                if gates[0].passed is False and holds is None:
+                    continue
+                parts.append(g.describe() + (f", {holds}" if holds else ""))
+            else:
+                parts.append(g.describe())
+        reason = "; ".join(parts)
     elif passed is None:
         reason = "; ".join(g.describe() for g in gates if g.passed is None)
     else:
         reason = "all gates hold" + "".join(f"; {g.name}: {g.note}" for g in gates
                                             if g.note.startswith("passes on the point"))
+        if multiturn is not None and multiturn.value is not None and multiturn.value < multiturn.threshold:
+            ci = multiturn.ci
+            reason += (f"; {MULTI_TURN_SHOWN} {multiturn.value:+.3f} is below the floor within noise"
+                       + (f" (95% CI [{ci[0]:+.3f}, {ci[1]:+.3f}])" if ci else ""))
     return Verdict(passed=passed, gates=gates, notes=notes, reason=reason)

@@ -25,6 +25,7 @@ from lm_eval_toolfid.core.records import Case
 from lm_eval_toolfid.integrations.lm_eval.fidelity_run import FidelityRun
 from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 from lm_eval_toolfid.pairing.identity import RunKey, base_identity, canonical, request_hash
+from lm_eval_toolfid.prompts.history import conversation_text
 from lm_eval_toolfid.prompts.plain import render_call
 from lm_eval_toolfid.prompts.prompter import Prompter
 from lm_eval_toolfid.scoring.metrics import METRICS, case_items
@@ -139,6 +140,9 @@ class ToolUseFidelityTask(ConfigurableTask):
         # of the first call (ToolfidHFLM) does so only when every request in its batch expects <= 1
         rows = [{"id": c.id, "prompt": c.prompt, "gold_tool_name": c.gold_tool_name or "",
                  "expected_calls": len(c.expected_calls)} for c in self.cases.values()]
+        if any(c.history for c in self.cases.values()):  # reports show the conversation and its depth
+            for row, c in zip(rows, self.cases.values()):
+                row.update(turn_depth=c.turn_depth, conversation=conversation_text(c))
         self.dataset = datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
         self.run = FidelityRun(self.settings, self.cases, task_names=(str(self.config.task),))
 
