@@ -1,6 +1,7 @@
 """The bundled default case set (``lm_eval_toolfid/cases/default_cases.jsonl``) meets its spec.
 
-Numbered requirements (see ``scripts/make_default_cases.py``):
+Numbered requirements (the generator is ``lm_eval_toolfid.cases.generate``, its vocabulary
+``lm_eval_toolfid/cases/vocab/``):
 1. >= 220 cases, >= 45 distinct snake_case tool names, varied domains, no reserved demo names.
 2. >= 35% of cases offer 2-5 tools; the rest offer 1; never more than 5.
 3. Each schema feature is used by the gold tool of >= 15 cases.
@@ -12,16 +13,16 @@ Numbered requirements (see ``scripts/make_default_cases.py``):
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import random
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from lm_eval_toolfid.cases import generate
 from lm_eval_toolfid.cases.bundled import default_cases_path
 from lm_eval_toolfid.cases.load import load_cases
 from lm_eval_toolfid.core.records import Case
@@ -258,17 +259,10 @@ def test_ids_unique_and_formatted(cases: list[Case]) -> None:
 
 
 def test_shipped_file_matches_generator() -> None:
-    spec = importlib.util.spec_from_file_location("make_default_cases", ROOT / "scripts" / "make_default_cases.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(spec.name, None)
-    regenerated = module.build_cases(module.random.Random(module.SEED))
+    regenerated = generate.build_cases(random.Random(generate.SEED))
+    generate.check(regenerated)
     expected = "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in regenerated)
     assert default_cases_path().read_text(encoding="utf-8") == expected, \
         "default_cases.jsonl is stale: re-run scripts/make_default_cases.py"
     stats = (ROOT / "lm_eval_toolfid" / "cases" / "default_cases_stats.md").read_text(encoding="utf-8")
-    assert stats == module.stats_markdown(regenerated)
+    assert stats == generate.stats_markdown(regenerated)
