@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from lm_eval_toolfid.cases import generate
-from lm_eval_toolfid.cases.recipes import Recipe, RecipeError, join_en
+from lm_eval_toolfid.cases.grounding import result_only_values
+from lm_eval_toolfid.cases.vocabulary import load_vocab
+from lm_eval_toolfid.cases.recipes import Recipe, RecipeError, Redraw, join_en
 from lm_eval_toolfid.core.errors import ToolfidError
 
 POOLS = {"cities": ["Lisbon", "Osaka", "Denver"], "units": ["celsius", "fahrenheit"],
@@ -135,7 +137,7 @@ def write_vocab(folder: Path, recipe: list, extra_pools: dict | None = None) -> 
 def test_generator_reads_a_vocabulary_and_checks_every_case(tmp_path: Path) -> None:
     good = [{"let": {"loc": {"choice": "@cities"}}}, {"arg": {"location": "$loc"}},
             {"say": ["Weather in {loc}?", "How is {loc} today?", "{loc} weather, please."]}]
-    vocab = generate.load_vocab(write_vocab(tmp_path, good))
+    vocab = load_vocab(write_vocab(tmp_path, good))
     cases = generate.build_cases(random.Random(1), vocab)
     generate.check(cases, vocab)
     assert [c["id"] for c in sorted(cases, key=lambda c: c["id"])] == ["demo-0001", "demo-0002", "demo-0003"]
@@ -144,11 +146,96 @@ def test_generator_reads_a_vocabulary_and_checks_every_case(tmp_path: Path) -> N
     (tmp_path / "bad").mkdir()
     hidden = [{"let": {"loc": {"choice": "@cities"}}}, {"arg": {"location": "$loc"}},
               {"say": ["What's the weather where I am?", "Weather, please.", "Is it raining?"]}]
-    vocab = generate.load_vocab(write_vocab(tmp_path / "bad", hidden))
+    vocab = load_vocab(write_vocab(tmp_path / "bad", hidden))
     with pytest.raises(ToolfidError, match="not in prompt: /location="):
         generate.check(generate.build_cases(random.Random(1), vocab), vocab)
 
 
 def test_a_pool_defined_twice_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ToolfidError, match="pool.*cities defined twice"):
-        generate.load_vocab(write_vocab(tmp_path, [], extra_pools={"cities": ["Oslo"]}))
+        load_vocab(write_vocab(tmp_path, [], extra_pools={"cities": ["Oslo"]}))
+
+
+CONVERSATION = [
+    {"let": {"loc": {"choice": "@cities"}, "ids": {"sample": {"range": [100, 999]}, "k": 3}}},
+    {"let": {"offers": {"map": "$ids", "as": "i", "yield": {"object": {"id": "H-{i}", "price": {"randint": [50, 99]}}}}}},
+    {"require": {"all_different": {"map": "$offers", "as": "o", "yield": "$o.price"}}},
+    {"prompt": ["Find hotels in {loc}."]},
+    {"arg": {"city": "$loc"}},
+    {"call": "search_hotels"},
+    {"result": {"hotels": "$offers"}},
+    {"user": ["Book the cheapest."]},
+    {"let": {"cheapest": {"min_by": ["$offers", "price"]},
+             "pricey": {"where": "$offers", "as": "o", "if": {"gt": ["$o.price", 70]}},
+             "later": {"date_add": ["2026-02-27", 3]}}},
+    {"expect": "book_hotel", "args": {"hotel_id": "$cheapest.id", "guests.adults": 2}},
+]
+
+
+def test_conversation_steps_build_an_openai_history() -> None:
+    env, _ = run(CONVERSATION, 5)
+    assert env["prompt"].startswith("Find hotels in ")
+    call, result, user = env["history"]
+    assert call == {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": {
+        "name": "search_hotels", "arguments": {"city": env["loc"]}}}]}
+    assert env["args"] == {}  # the call took the arguments set so far
+    assert result["role"] == "tool" and (result["tool_call_id"], result["name"]) == ("call_1", "search_hotels")
+    assert json.loads(result["content"]) == {"hotels": env["offers"]}
+    assert user == {"role": "user", "content": "Book the cheapest."}
+    cheapest = min(env["offers"], key=lambda o: o["price"])
+    assert env["expect"] == {"name": "book_hotel", "arguments": {"hotel_id": cheapest["id"], "guests": {"adults": 2}}}
+    assert env["pricey"] == [o for o in env["offers"] if o["price"] > 70] and env["later"] == "2026-03-02"
+    env, _ = run([{"prompt": ["hi"]}, {"call": "ping", "args": {}}, {"result": "pong"}, {"expect": None}])
+    assert env["history"][1]["content"] == "pong" and env["expect"] is None
+
+
+def test_require_redraws_and_a_result_needs_a_call() -> None:
+    with pytest.raises(Redraw):
+        run([{"require": {"eq": [1, 2]}}])
+    with pytest.raises(RecipeError, match="'result' step needs a 'call'"):
+        run([{"result": {"ok": True}}])
+
+
+def write_scenarios(folder: Path, scenarios: list) -> None:
+    tools = [{"domain": "demo", "name": "book_hotel", "description": "Book a hotel by id.", "parameters": {
+        "type": "object", "properties": {"hotel_id": {"type": "string"}}, "required": ["hotel_id"]}}]
+    (folder / "multi_turn.json").write_text(json.dumps({
+        "settings": {"distractor_share": 0.0, "distractors": [1], "max_tools": 5},
+        "tools": tools, "scenarios": scenarios}))
+
+
+def test_generator_draws_and_checks_conversations(tmp_path: Path) -> None:
+    good = [{"let": {"loc": {"choice": "@cities"}, "hid": {"concat": ["H-", {"digits": 4}]}}},
+            {"prompt": ["Find me a hotel in {loc}.", "Any hotels in {loc}?", "Hotels in {loc}, please."]},
+            {"call": "get_weather", "args": {"location": "$loc"}},
+            {"result": {"hotels": [{"object": {"hotel_id": "$hid"}}]}},
+            {"user": ["Book it."]},
+            {"expect": "book_hotel", "args": {"hotel_id": "$hid"}}]
+    folder = write_vocab(tmp_path, [{"let": {"loc": {"choice": "@cities"}}}, {"arg": {"location": "$loc"}},
+                                    {"say": ["Weather in {loc}?"]}])
+    write_scenarios(folder, [{"name": "s", "domain": "demo", "kind": "mt_follow_up", "cases": 2, "recipe": good}])
+    vocab = load_vocab(folder)
+    cases = generate.build_cases(random.Random(3), vocab)
+    generate.check(cases, vocab)
+    conversations = [c for c in cases if c.get("history")]
+    assert [c["id"] for c in cases[-2:]] == [c["id"] for c in conversations] and len(conversations) == 2
+    assert {c["id"] for c in conversations} == {"mt-demo-0001", "mt-demo-0002"}
+    assert all(c["category"] == "mt_follow_up" and c["allowed_tools"] == ["get_weather", "book_hotel"]
+               for c in conversations)
+    from lm_eval_toolfid.core.records import Case
+    assert all(result_only_values(Case.model_validate(c)) for c in conversations)
+
+    (tmp_path / "bad").mkdir()
+    unfindable = [*good[:-1], {"expect": "book_hotel", "args": {"hotel_id": "H-0000x"}}]
+    folder = write_vocab(tmp_path / "bad", good[:1] + [{"arg": {"location": "$loc"}}, {"say": ["Weather in {loc}?"]}])
+    write_scenarios(folder, [{"name": "s", "domain": "demo", "kind": "mt_follow_up", "cases": 1, "recipe": unfindable}])
+    vocab = load_vocab(folder)
+    with pytest.raises(ToolfidError, match="not in prompt, user turns or tool results: /hotel_id='H-0000x'"):
+        generate.check(generate.build_cases(random.Random(3), vocab), vocab)
+
+    (tmp_path / "never").mkdir()
+    folder = write_vocab(tmp_path / "never", good[:1] + [{"arg": {"location": "$loc"}}, {"say": ["Weather in {loc}?"]}])
+    write_scenarios(folder, [{"name": "stuck", "domain": "demo", "kind": "mt_answer", "cases": 1,
+                              "recipe": [{"require": False}]}])
+    with pytest.raises(ToolfidError, match="scenario stuck: 100 draws in a row failed a 'require' step"):
+        generate.build_cases(random.Random(3), load_vocab(folder))

@@ -1,5 +1,6 @@
 """The recipe language of the default case set's vocabulary (``cases/vocab/*.json``): a small
-interpreter that runs a tool's recipe and returns the prompt and gold arguments it drew.
+interpreter that runs a tool's (or a conversation's) recipe and returns what it drew: the
+prompt, the gold arguments, and for a conversation its history and the expected next step.
 
 A recipe is a list of *steps* run in order against an environment of named values. Every random
 draw goes through one ``random.Random`` in the order the recipe is written, so a recipe is a
@@ -16,6 +17,22 @@ Steps (a JSON object whose first key names the step):
   labels (``random.sample``), and run the drawn labels' steps in the order they are listed.
 - ``{"say": [template, ...], "replace": [[old, new], ...]}``: draw the prompt's template, fill it
   in, and end the recipe (a ``say`` inside an ``if`` ends it early).
+- ``{"require": expr}``: when false, this draw is thrown away (:class:`Redraw`) and the generator
+  draws the case again (e.g. to keep the cheapest of three offers unique).
+- ``{"block": "name"}``: run a named list of steps (``blocks`` in a vocabulary file), in the same
+  environment: the steps several recipes share.
+
+Conversation steps (multi-turn scenarios), building ``history`` in the OpenAI message shape:
+
+- ``{"prompt": [template, ...]}``: draw the user's first request (the recipe goes on);
+- ``{"call": "tool", "args": {"path": expr}}``: an assistant turn calling ``tool`` (ids
+  ``call_1``, ``call_2``...); without ``args`` it calls with the arguments set by ``arg`` steps
+  so far, and clears them;
+- ``{"result": {"key": expr} or expr}``: the tool turn answering the last call; its content is
+  the value's JSON text (a string stays text), e.g. ``{"error": "..."}`` for a failed call;
+- ``{"user": [template, ...]}``: a further user turn;
+- ``{"expect": "tool", "args": ...}`` (arguments as for ``call``) or ``{"expect": null}`` (no
+  call: the results suffice): the step the case asks for; it ends the recipe.
 
 Expressions:
 
@@ -41,14 +58,18 @@ Expressions:
     ``div [a, b]``, ``round [x, n]``, ``int x``;
   - text: ``concat [...]``, ``join_en X, conj``, ``join X, sep``, ``lower X``, ``basename X``,
     ``plural [n or list, one, many]``;
+  - building: ``where X, as, if`` (the items for which ``if`` holds), ``min_by [items, key]``,
+    ``max_by [items, key]`` (the item with the least/most), ``date_add [date, days]``;
   - logic: ``eq``, ``ne``, ``gt`` ``[a, b]``, ``in [x, list]``, ``has [object, key]``,
-    ``and [...]`` (stops at the first false: later draws are not made), ``if c, then, else``.
+    ``all_different X``, ``and [...]`` (stops at the first false: later draws are not made),
+    ``if c, then, else``.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import random
 import re
 import string
@@ -71,6 +92,10 @@ class RecipeError(ToolfidError):
     """A recipe that cannot run (unknown step, operator or name): a mistake in a vocabulary file."""
 
 
+class Redraw(Exception):
+    """A ``require`` step failed: the caller draws the case again."""
+
+
 class _Formatter(string.Formatter):
     def convert_field(self, value: Any, conversion: str | None) -> Any:
         if conversion == "c":
@@ -86,15 +111,18 @@ _FORMATTER = _Formatter()
 class Recipe:
     """Runs recipes against one random stream, with the vocabulary's pools and samplers."""
 
-    def __init__(self, r: random.Random, pools: dict[str, Any], samplers: dict[str, Any], year: int) -> None:
+    def __init__(self, r: random.Random, pools: dict[str, Any], samplers: dict[str, Any], year: int,
+                 blocks: dict[str, list[dict[str, Any]]] | None = None) -> None:
         self.r, self.pools, self.samplers, self.year = r, pools, samplers, year
+        self.blocks = blocks or {}
         self.env: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ steps
 
-    def run(self, steps: list[dict[str, Any]], env: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Run a whole recipe in a fresh environment; returns it (``prompt``, ``args``, ...)."""
-        self.env = {"args": {}} if env is None else env
+    def run(self, steps: list[dict[str, Any]]) -> dict[str, Any]:
+        """Run a whole recipe in a fresh environment; returns it: ``prompt``, ``args``, and for a
+        conversation ``history`` and ``expect`` (``{"name", "arguments"}`` or None)."""
+        self.env = {"args": {}, "history": []}
         self.steps(steps)
         return self.env
 
@@ -120,13 +148,24 @@ class Recipe:
         return False
 
     def _step_arg(self, step: dict[str, Any]) -> bool:
-        for path, expr in step["arg"].items():
+        self._set_paths(self.env["args"], step["arg"])
+        return False
+
+    def _set_paths(self, into: dict[str, Any], paths: dict[str, Any]) -> dict[str, Any]:
+        for path, expr in paths.items():
             *parents, leaf = path.split(".")
-            node = self.env["args"]
+            node = into
             for key in parents:
                 node = node.setdefault(key, {})
             node[leaf] = copy.deepcopy(self.ev(expr))
-        return False
+        return into
+
+    def _arguments(self, step: dict[str, Any]) -> dict[str, Any]:
+        """A ``call``'s or ``expect``'s arguments: its own ``args`` mapping, or those set so far."""
+        if "args" in step:
+            return self._set_paths({}, step["args"])
+        args, self.env["args"] = self.env["args"], {}
+        return args
 
     def _step_if(self, step: dict[str, Any]) -> bool:
         return self.steps(step["then"] if self.ev(step["if"]) else step.get("else", []))
@@ -141,6 +180,49 @@ class Recipe:
         for old, new in step.get("replace", []):
             text = text.replace(old, new)
         self.env["prompt"] = text
+        return True
+
+    def _step_block(self, step: dict[str, Any]) -> bool:
+        if step["block"] not in self.blocks:
+            raise RecipeError(f"no block named {step['block']!r}")
+        return self.steps(self.blocks[step["block"]])
+
+    def _step_require(self, step: dict[str, Any]) -> bool:
+        if not self.ev(step["require"]):
+            raise Redraw(json.dumps(step["require"]))
+        return False
+
+    # ------------------------------------------------------------------ conversation steps
+
+    def _step_prompt(self, step: dict[str, Any]) -> bool:
+        self.env["prompt"] = self.fill(self.r.choice(step["prompt"]))
+        return False
+
+    def _step_call(self, step: dict[str, Any]) -> bool:
+        history = self.env["history"]
+        call_id = f"call_{sum(m['role'] == 'assistant' for m in history) + 1}"
+        history.append({"role": "assistant", "tool_calls": [{"id": call_id, "type": "function", "function": {
+            "name": step["call"], "arguments": self._arguments(step)}}]})
+        self.env["last_call"] = (call_id, step["call"])
+        return False
+
+    def _step_result(self, step: dict[str, Any]) -> bool:
+        if "last_call" not in self.env:
+            raise RecipeError("a 'result' step needs a 'call' before it")
+        spec = step["result"]
+        value = self._set_paths({}, spec) if isinstance(spec, dict) else self.ev(spec)
+        call_id, name = self.env.pop("last_call")
+        content = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        self.env["history"].append({"role": "tool", "tool_call_id": call_id, "name": name, "content": content})
+        return False
+
+    def _step_user(self, step: dict[str, Any]) -> bool:
+        self.env["history"].append({"role": "user", "content": self.fill(self.r.choice(step["user"]))})
+        return False
+
+    def _step_expect(self, step: dict[str, Any]) -> bool:
+        name = step["expect"]
+        self.env["expect"] = None if name is None else {"name": name, "arguments": self._arguments(step)}
         return True
 
     # ------------------------------------------------------------------ expressions
@@ -255,6 +337,7 @@ _OPS: dict[str, Callable[[Recipe, dict[str, Any]], Any]] = {
     "object": lambda R, n: {k: R.ev(v) for k, v in n["object"].items()},
     "repeat": lambda R, n: [R.scoped(n, {}) for _ in range(R.ev(n["repeat"]))],
     "map": lambda R, n: [R.scoped(n, {n["as"]: item}) for item in R.ev(n["map"])],
+    "where": lambda R, n: [item for item in R.ev(n["where"]) if R.scoped({"yield": n["if"]}, {n["as"]: item})],
     "range": _two(lambda a, b: list(range(a, b))),
     "keys": _one(list),
     "lookup": _two(lambda mapping, key: mapping[key]),
@@ -275,7 +358,11 @@ _OPS: dict[str, Callable[[Recipe, dict[str, Any]], Any]] = {
     "basename": _one(lambda path: path.rsplit("/", 1)[1]),
     "plural": lambda R, n: (lambda k, one, many: one if (k if isinstance(k, int) else len(k)) == 1 else many)(
         *R.ev(n["plural"])),
+    "min_by": _two(lambda items, key: min(items, key=lambda item: item[key])),
+    "max_by": _two(lambda items, key: max(items, key=lambda item: item[key])),
+    "date_add": _two(lambda day, n: (dt.date.fromisoformat(day) + dt.timedelta(days=n)).isoformat()),
     # logic
+    "all_different": _one(lambda xs: len({json.dumps(x, sort_keys=True) for x in xs}) == len(xs)),
     "eq": _two(lambda a, b: a == b),
     "ne": _two(lambda a, b: a != b),
     "gt": _two(lambda a, b: a > b),
