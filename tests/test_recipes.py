@@ -158,7 +158,8 @@ def test_a_pool_defined_twice_is_refused(tmp_path: Path) -> None:
 
 CONVERSATION = [
     {"let": {"loc": {"choice": "@cities"}, "ids": {"sample": {"range": [100, 999]}, "k": 3}}},
-    {"let": {"offers": {"map": "$ids", "as": "i", "yield": {"object": {"id": "H-{i}", "price": {"randint": [50, 99]}}}}}},
+    {"let": {"offers": {"map": "$ids", "as": "i",
+                        "yield": {"object": {"id": "H-{i}", "price": {"randint": [50, 99]}}}}}},
     {"require": {"all_different": {"map": "$offers", "as": "o", "yield": "$o.price"}}},
     {"prompt": ["Find hotels in {loc}."]},
     {"arg": {"city": "$loc"}},
@@ -239,3 +240,20 @@ def test_generator_draws_and_checks_conversations(tmp_path: Path) -> None:
                               "recipe": [{"require": False}]}])
     with pytest.raises(ToolfidError, match="scenario stuck: 100 draws in a row failed a 'require' step"):
         generate.build_cases(random.Random(3), load_vocab(folder))
+
+
+def test_scenario_kinds_are_known_and_kept(tmp_path: Path) -> None:
+    single = [{"let": {"loc": {"choice": "@cities"}}}, {"arg": {"location": "$loc"}}, {"say": ["Weather in {loc}?"]}]
+    calls_anyway = [{"let": {"loc": {"choice": "@cities"}}}, {"prompt": ["Hotels in {loc} Old Town?"]},
+                    {"call": "get_weather", "args": {"location": "$loc"}}, {"result": {"ok": True}},
+                    {"expect": "get_weather", "args": {"location": "{loc} Old Town"}}]
+    folder = write_vocab(tmp_path, single)
+    write_scenarios(folder, [{"name": "s", "domain": "demo", "kind": "mt_answer", "cases": 1, "recipe": calls_anyway}])
+    vocab = load_vocab(folder)
+    with pytest.raises(ToolfidError, match="a mt_answer case must expect no call"):
+        generate.check(generate.build_cases(random.Random(1), vocab), vocab)
+    (tmp_path / "odd").mkdir()
+    folder = write_vocab(tmp_path / "odd", single)
+    write_scenarios(folder, [{"name": "s", "domain": "demo", "kind": "mt_chat", "cases": 1, "recipe": calls_anyway}])
+    with pytest.raises(ToolfidError, match="unknown scenario kind"):
+        load_vocab(folder)

@@ -129,7 +129,8 @@ def draw_conversation(vocab: Vocab, scenario: Scenario, r: random.Random) -> dic
     raise ToolfidError(f"scenario {scenario.name}: 100 draws in a row failed a 'require' step")
 
 
-def build_conversations(r: random.Random, vocab: Vocab, seen_prompts: set[str], golds: set[str]) -> list[dict[str, Any]]:
+def build_conversations(r: random.Random, vocab: Vocab, seen_prompts: set[str],
+                        golds: set[str]) -> list[dict[str, Any]]:
     """The multi-turn cases: ``cases`` draws per scenario, each prompt and gold call new to the set."""
     cfg = vocab.conversation_settings
     by_name = {t.name: t for t in vocab.all_tools}
@@ -189,15 +190,20 @@ def check(cases: list[dict[str, Any]], vocab: Vocab | None = None) -> None:
         if case.gold_tool_name is not None:
             calls.append(("gold", case.gold_tool_name, c.get("gold_arguments")))
         for what, name, arguments in calls:
-            violation = validate_arguments(arguments or {}, case.tool(name).parameters)  # type: ignore[union-attr]
-            if arguments is None or violation is not None:
-                problems.append(f"{case.id}: {what}: " + (f"{violation.keyword} at {violation.path}: "
-                                                          f"{violation.message}" if violation else "no arguments"))
+            if arguments is None:
+                problems.append(f"{case.id}: {what}: no arguments")
+                continue
+            violation = validate_arguments(arguments, case.tool(name).parameters)  # type: ignore[union-attr]
+            if violation is not None:
+                problems.append(f"{case.id}: {what}: {violation.keyword} at {violation.path}: {violation.message}")
+        if case.history and (case.category == "mt_answer") != (case.gold_tool_name is None):
+            problems.append(f"{case.id}: a {case.category} case must expect " +
+                            ("no call" if case.category == "mt_answer" else "a call"))
         if case.gold_tool is not None:
             said, results = conversation_texts(case)
             where = "prompt" if not case.history else "prompt, user turns or tool results"
-            problems += [f"{case.id}: not in {where}: {leaf}"
-                         for leaf in unrecoverable(c["gold_arguments"], case.gold_tool.parameters, f"{said}\n{results}")]
+            problems += [f"{case.id}: not in {where}: {leaf}" for leaf in
+                         unrecoverable(c["gold_arguments"], case.gold_tool.parameters, f"{said}\n{results}")]
         elif not case.history:
             problems.append(f"{case.id}: a single-turn case without a gold call")
     names = [t.name for t in vocab.all_tools]
