@@ -28,8 +28,9 @@ Conversation steps (multi-turn scenarios), building ``history`` in the OpenAI me
 - ``{"call": "tool", "args": {"path": expr}}``: an assistant turn calling ``tool`` (ids
   ``call_1``, ``call_2``...); without ``args`` it calls with the arguments set by ``arg`` steps
   so far, and clears them;
-- ``{"result": {"key": expr} or expr}``: the tool turn answering the last call; its content is
-  the value's JSON text (a string stays text), e.g. ``{"error": "..."}`` for a failed call;
+- ``{"result": {"key": expr, ...}}`` (keys as for ``arg``) or ``{"result": expr}``: the tool
+  turn answering the last call; its content is the value's JSON text (a string stays text), e.g.
+  ``{"error": "..."}`` for a failed call;
 - ``{"user": [template, ...]}``: a further user turn;
 - ``{"expect": "tool", "args": ...}`` (arguments as for ``call``) or ``{"expect": null}`` (no
   call: the results suffice): the step the case asks for; it ends the recipe.
@@ -52,14 +53,14 @@ Expressions:
     on a quarter hour), ``token k, alphabet``, ``digits k``, ``distinct k, each`` (k distinct
     draws of ``each``), ``use name`` (a *sampler*: a named expression in a vocabulary file);
   - building: ``object {k: expr}``, ``repeat n, do, yield``, ``map X, as, do, yield`` (``do``:
-    steps run before ``yield`` is evaluated, in a scope of their own), ``range [a, b]``,
-    ``keys X``, ``lookup [mapping, key]``, ``slice [X, a, b]``, ``sorted X``, ``len X``;
+    steps run before ``yield`` is evaluated, in a scope of their own), ``where X, as, if`` (the
+    items for which ``if`` holds), ``range [a, b]``, ``keys X``, ``lookup [mapping, key]``,
+    ``slice [X, a, b]``, ``sorted X``, ``len X``, ``min_by [items, key]``, ``max_by [items, key]``
+    (the item with the least/most), ``date_add [date, days]``;
   - arithmetic: ``add [...]`` (numbers, lists; objects are merged), ``mul [...]``,
     ``div [a, b]``, ``round [x, n]``, ``int x``;
   - text: ``concat [...]``, ``join_en X, conj``, ``join X, sep``, ``lower X``, ``basename X``,
     ``plural [n or list, one, many]``;
-  - building: ``where X, as, if`` (the items for which ``if`` holds), ``min_by [items, key]``,
-    ``max_by [items, key]`` (the item with the least/most), ``date_add [date, days]``;
   - logic: ``eq``, ``ne``, ``gt`` ``[a, b]``, ``in [x, list]``, ``has [object, key]``,
     ``all_different X``, ``and [...]`` (stops at the first false: later draws are not made),
     ``if c, then, else``.
