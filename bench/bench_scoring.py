@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark: scoring core throughput (calls/s) and its share of a real run's time.
 
-1. Throughput: ``score_generation`` + ``pair`` over the 268 default cases x 6 generation shapes
+1. Throughput: ``score_generation`` + ``pair`` over the 268 single-turn default cases x 6 generation shapes
    (valid gold call, schema error, hallucinated name, prose, truncated JSON, fenced call),
    repeated; prints scored generations per second (target >= 20,000/s).
 2. Share: one real base view of the fixture task (lm-eval ``simple_evaluate`` on the bundled
@@ -46,7 +46,7 @@ def main() -> None:
     from lm_eval_toolfid.scoring.compare import pair
     from lm_eval_toolfid.scoring.outcome import score_generation
 
-    cases = load_cases("default")
+    cases = [c for c in load_cases("default") if not c.history]  # single-turn: one gold call each
     items = corpus(cases)
     for text, case in items:  # one warm-up pass (caches, lazily built validators)
         score_generation(text, case)
@@ -57,7 +57,7 @@ def main() -> None:
             pair(case.id, ft, ft)
     elapsed = time.perf_counter() - start
     n = len(items) * args.repeat
-    print(f"scoring core: {n} generations ({len(cases)} default cases x 6 shapes x {args.repeat})")
+    print(f"scoring core: {n} generations ({len(cases)} single-turn default cases x 6 shapes x {args.repeat})")
     print(f"  throughput: {n / elapsed:10.0f} scored generations/s  (target >= 20000)")
     for shape, label in enumerate(("valid gold call", "schema error", "hallucinated name", "prose",
                                    "truncated JSON", "fenced call")):
