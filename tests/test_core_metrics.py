@@ -233,3 +233,32 @@ def test_scoring_one_case_cannot_raise(monkeypatch):
     monkeypatch.setattr(scoring, "validate_arguments", boom)
     o = score_generation(call(city="Paris"), make_case())
     assert o.kind.value == "malformed" and o.keyword == "scoring_error" and "validator bug" in o.detail
+
+
+def test_a_primed_prompt_cannot_show_a_false_call_and_the_verdict_says_so():
+    """plain-v3 starts every answer with ``{"name": "``: on a case that expects no call both views 'attempt' a
+    call whatever the model would have done, so false_call_delta would be 0 by construction and its gate could
+    never fail. Such cases leave the false-call metrics, and the verdict names what was not measured."""
+    from lm_eval_toolfid.core.records import Case
+    from lm_eval_toolfid.scoring.compare import pair
+    from lm_eval_toolfid.scoring.metrics import summarize
+    from lm_eval_toolfid.scoring.outcome import score_generation
+    from lm_eval_toolfid.scoring.verdict import judge
+
+    tools = [{"name": "get_time", "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}]
+    call = '{"name": "get_time", "arguments": {"tz": "UTC"}}'
+    relevant = Case(id="r", prompt="time in UTC?", tools=tools, gold_tool_name="get_time")
+    none = Case(id="n", prompt="tell me a joke", tools=tools, gold_tool_name=None)
+    records = []
+    for i in range(25):
+        records.append(pair(relevant, score_generation(call, relevant), score_generation(call, relevant)))
+        base, ft = score_generation("Why did...", none), score_generation(call, none)
+        records.append(pair(none, ft, base).model_copy(update={"case_id": f"n{i}"}))
+    unprimed = summarize(records)
+    assert unprimed.get("false_call_delta") == 1.0
+    assert judge(unprimed).passed is False and "false_call_delta" in judge(unprimed).reason
+    primed = summarize([r.model_copy(update={"primed": True}) for r in records])
+    assert primed.get("false_call_rate") is None and "false_call_delta" not in primed.metrics or \
+        primed.get("false_call_delta") is None
+    verdict = judge(primed)
+    assert verdict.passed is True and any("false calls not measured" in n for n in verdict.notes)

@@ -494,6 +494,9 @@ class PairScore(BaseModel):
     turn_depth: int = 1
     """The case's turn depth (1: a single request; 1 + the assistant turns of its history), for the
     per-depth breakdowns and the multi-turn gate."""
+    primed: bool = False
+    """The prompt wrote the start of a call for the model (plain-v3's ``{"name": "``): whether the model would
+    have called a tool cannot be seen, so the false-call metrics leave such a case out."""
 
     @property
     def validity_delta(self) -> int | None:

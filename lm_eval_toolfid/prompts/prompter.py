@@ -71,6 +71,10 @@ class Prompter:
     def render(self, case: Case) -> str:
         return render_prompt(case, self.settings, self.chat, self.examples)
 
+    def primed(self, case: Case) -> bool:
+        """The case's prompt starts the answer with a call (plain-v3): a no-call answer cannot be seen."""
+        return bool(primer_for(case, self.settings))
+
     def answer(self, text: str, case: Case) -> str:
         """A generation as the whole answer (the primer the case's prompt ended with put back in front)."""
         return primer_for(case, self.settings) + text

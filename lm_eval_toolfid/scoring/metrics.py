@@ -62,6 +62,8 @@ def _opt(value: bool | None) -> int | None:
 
 
 def _false_call(p: PairScore, o: Outcome | None) -> int | None:
+    if p.primed:  # the prompt started a call: an attempt says nothing about the model
+        return None
     return int(o.attempted) if o is not None and not p.relevant else None
 
 

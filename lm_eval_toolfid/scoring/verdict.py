@@ -239,7 +239,10 @@ def judge(summary: Summary, config: VerdictConfig = VerdictConfig(), null: NullC
     halluc = _hallucination_gate(summary, config)
     if halluc is not None:
         gates.append(halluc)
-    if summary.n_irrelevant and summary.get("false_call_delta") is not None:
+    if summary.n_irrelevant and not summary.denominators.get("false_call_rate"):
+        notes.append(f"false calls not measured on the {summary.n_irrelevant} cases that expect no call: the prompt "
+                     "starts every answer with a call (plain-v3); the chat style or plain-v2 measures them")
+    elif summary.n_irrelevant and summary.get("false_call_delta") is not None:
         value = summary.get("false_call_delta")
         gates.append(Gate(name="false_call_delta", value=value, threshold=config.false_call_cap, op="<=",
                           passed=value <= config.false_call_cap, note=f"over {summary.n_irrelevant} irrelevance cases"))

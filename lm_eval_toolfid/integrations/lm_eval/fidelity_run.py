@@ -137,8 +137,9 @@ class FidelityRun:
                 return ref.generations[case_id]
         return None
 
-    def score(self, case_id: str, text: Any) -> PairScore:
-        """One case's record (the adapter's view, paired with the base's when a reference has it)."""
+    def score(self, case_id: str, text: Any, primed: bool = False) -> PairScore:
+        """One case's record (the adapter's view, paired with the base's when a reference has it).
+        ``primed``: the prompt started the answer with a call (the false-call metrics leave the case out)."""
         case = self.cases[case_id]
         text = text if isinstance(text, str) else ("" if text is None else str(text))
         text = answer_text(text, case)
@@ -151,7 +152,7 @@ class FidelityRun:
             base_text = answer_text(base_text, case)
         base = score_generation(base_text, case, **opts) if base_text is not None else None
         record = pair(case, ft, base, text, base_text)
-        return record.model_copy(update={"request_hash": self.request_hashes.get(case_id)})
+        return record.model_copy(update={"request_hash": self.request_hashes.get(case_id), "primed": primed})
 
     # --- once, at the end ----------------------------------------------------------------
 

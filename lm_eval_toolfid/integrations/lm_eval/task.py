@@ -262,7 +262,8 @@ class ToolUseFidelityTask(ConfigurableTask):
     def process_results(self, doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
         text = results[0] if results else ""
         text = text if isinstance(text, str) else ("" if text is None else str(text))
-        record = self.run.score(str(doc["id"]), self.prompter.answer(text, self.case_of(doc)))
+        case = self.case_of(doc)
+        record = self.run.score(str(doc["id"]), self.prompter.answer(text, case), primed=self.prompter.primed(case))
         items: dict[str, Any] = case_items(record)
         if self.run.calibration is not None and record.relevant:
             items["json_valid_z"] = int(record.ft.valid)
