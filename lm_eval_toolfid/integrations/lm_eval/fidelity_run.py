@@ -78,7 +78,7 @@ class FidelityRun:
         self.key, self.request_hashes = key, dict(request_hashes)
         s = self.settings
         self.provenance.update(
-            case_set=self.case_set, n_cases_total=len(self.cases), prompt=s.prompt.fingerprint(),
+            case_set=self.case_set, n_cases_total=len(self.cases),
             adapter=s.adapter_path, adapter_mechanism=s.adapter[0] if s.adapter else None,
             calibration=s.calibration, verdict_config=s.verdict.model_dump(),
             run_key=key.as_dict() if key is not None else None,
