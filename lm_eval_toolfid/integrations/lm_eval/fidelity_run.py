@@ -26,7 +26,7 @@ from lm_eval_toolfid.pairing.identity import RunKey
 from lm_eval_toolfid.pairing.references import Reference, find_references, reference_dir, write_reference
 from lm_eval_toolfid.pairing.samples import reference_from_samples
 from lm_eval_toolfid.scoring.compare import pair
-from lm_eval_toolfid.scoring.metrics import summarize
+from lm_eval_toolfid.scoring.metrics import off_format_rate, summarize
 from lm_eval_toolfid.scoring.outcome import answer_text, score_generation
 from lm_eval_toolfid.scoring.verdict import NullComparison, Verdict, judge
 
@@ -181,8 +181,17 @@ class FidelityRun:
         self.provenance.update(
             n_cases=summary.n,
             outcome_counts=summary.outcome_counts,
-            summary=summary.model_dump(mode="json", exclude={"outcome_counts"}),
+            surface_counts=summary.surface_counts,
+            summary=summary.model_dump(mode="json", exclude={"outcome_counts", "surface_counts",
+                                                             "base_surface_counts"}),
         )
+        if summary.base_surface_counts is not None:
+            self.provenance["base_surface_counts"] = summary.base_surface_counts
+        expected = self.provenance.get("expected_format")
+        if expected:  # format drift away from what the prompt asks for, per view
+            self.provenance["off_format_rate"] = off_format_rate([p.ft for p in pairs], expected)
+            if summary.paired:
+                self.provenance["base_off_format_rate"] = off_format_rate([p.base for p in pairs if p.base], expected)
         self._conclusion = Conclusion(summary=summary, verdict=verdict, null=null)
         return self._conclusion
 
