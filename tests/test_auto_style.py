@@ -193,3 +193,26 @@ def test_auto_on_a_model_without_a_template_keeps_the_plain_default(tmp_path):
     assert "has no chat template" in prov["prompt_style_reason"]
     assert prov["prompt"] == PromptSettings(demos=1, template="plain-v3").fingerprint()
     assert results["configs"]["tool_use_fidelity"]["generation_kwargs"]["until"] == ["\n###"]
+
+
+def test_failure_shapes_are_counted_from_the_records():
+    from lm_eval_toolfid.reporting.shapes import count_shapes, shapes_of
+    from lm_eval_toolfid.scoring.outcome import score_generation
+
+    case = make_case(gold_arguments={"city": "Paris", "unit": "celsius"})
+    texts = {
+        "native": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>',
+        "fenced": '```json\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius", "days": 3}}\n```',
+        "schema": '{"name": "get_weather", "arguments": {"city": {"type": "string", "description": "the city"}}}',
+        "prose": "It is sunny in Paris.",
+        "broken": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par',
+        "other": '<tool_call>\n{"name": "get_time", "arguments": {"tz": "Europe/Paris"}}\n</tool_call>',
+    }
+    shapes = {k: shapes_of(score_generation(t, case), case, "hermes") for k, t in texts.items()}
+    assert shapes["native"] == ["valid"]
+    assert shapes["fenced"] == ["valid", "other format: fenced", "invented optional values"]
+    assert shapes["schema"] == ["schema error: type", "other format: bare_json", "schema copied into arguments"]
+    assert shapes["prose"] == ["no call"] and shapes["broken"][0].startswith("malformed")
+    assert shapes["other"] == ["valid", "wrong tool"]
+    counts = count_shapes([(score_generation(t, case), case) for t in texts.values()], "hermes")
+    assert counts["valid"] == 3 and counts["other format: fenced"] == 1 and sum(counts.values()) == 11
