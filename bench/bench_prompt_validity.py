@@ -60,7 +60,8 @@ def shapes_line(profile) -> str:  # noqa: ANN001 - a _common.Profile
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=268, help="the first N default cases")
-    parser.add_argument("--every", type=int, default=0, help="every K-th default case instead (K > 1)")
+    parser.add_argument("--every", type=int, default=0,
+                        help="every K-th default case instead (the K-th, 2K-th, ...; K > 1)")
     parser.add_argument("--variants", default=DEFAULT_VARIANTS)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--model", default="smollm2",
@@ -76,7 +77,7 @@ def main() -> None:
     from lm_eval_toolfid.cases.load import load_cases
 
     total = len(load_cases("default"))
-    samples = list(range(0, total, args.every)) if args.every > 1 else None
+    samples = list(range(args.every - 1, total, args.every)) if args.every > 1 else None  # the K-th, 2K-th…
     which = f"every {args.every}th default case ({len(samples)})" if samples else f"first {args.cases} default cases"
     for model in models:
         print(f"\n{model}: {which}, batch {args.batch_size}, CPU, {n_threads} torch thread(s), "

@@ -220,14 +220,16 @@ class ToolUseFidelityTask(ConfigurableTask):
         if shipped is None:
             return
         file, template = shipped
-        chat = self.prompter.chat
-        if chat is not None and template_sha(template) == chat.sha:
+        chat, sha = self.prompter.chat, template_sha(template)
+        if chat is None:
+            note = (f"{file} ships a chat template (sha256 {sha[:12]}); both views use the {self.style} prompt "
+                    f"style ({self.prompter.choice.reason})")
+        elif sha == chat.sha:
             note = f"{file}: the same chat template as the one rendering both views ({chat.source})"
         else:
-            used = (f"the chat template of {chat.source}" if chat is not None
-                    else f"the {self.style} prompt style ({self.prompter.choice.reason})")
-            note = (f"{file} ships another chat template (sha256 {template_sha(template)[:12]}), not used: both "
-                    f"views are rendered with {used}, as lm-eval loads the tokenizer of pretrained= (or tokenizer=)")
+            note = (f"{file} ships another chat template (sha256 {sha[:12]}), not used: both views are rendered "
+                    f"with the chat template of {chat.source}, as lm-eval loads the tokenizer of pretrained= "
+                    "(or tokenizer=)")
             log.warning("tool_use_fidelity: adapter %s", note)
         if self.settings.model_args.get("tokenizer") and not self.run.references:
             note += ("; this adapter run renders with tokenizer=" + str(self.settings.model_args["tokenizer"]) +
