@@ -216,3 +216,17 @@ def test_failure_shapes_are_counted_from_the_records():
     assert shapes["other"] == ["valid", "wrong tool"]
     counts = count_shapes([(score_generation(t, case), case) for t in texts.values()], "hermes")
     assert counts["valid"] == 3 and counts["other format: fenced"] == 1 and sum(counts.values()) == 11
+
+
+def test_breakdown_shows_the_resolved_style_and_formats_per_view():
+    from lm_eval_toolfid.reporting.breakdown import Breakdown, format_text, prompt_label
+
+    assert prompt_label({"prompt_style": "chat", "prompt_style_requested": "auto"}) == "chat (auto)"
+    assert prompt_label({"prompt_style": "plain", "prompt_template": "plain-v3", "prompt_style_requested": "plain"}) \
+        == "plain plain-v3"
+    assert prompt_label({}) == ""
+    b = Breakdown(label="prose", n=3, paired=True, tools=[], kinds=[], drift=[],
+                  formats=[("fenced", 3, 0), ("none", 0, 3)], prompt="chat (auto)", expected_format="hermes")
+    text = format_text(b)
+    assert text.splitlines()[0] == "== prose: 3 cases, prompt chat (auto)"
+    assert "formats (base → adapter): fenced 3→0, none 0→3 (the prompt asks for hermes)" in text
