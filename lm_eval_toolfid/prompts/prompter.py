@@ -14,7 +14,7 @@ from typing import Any
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case
 from lm_eval_toolfid.prompts.auto import choose_style
-from lm_eval_toolfid.prompts.chat import ChatPrompter
+from lm_eval_toolfid.prompts.chat import TOOLS_IN_TEMPLATE, ChatPrompter
 from lm_eval_toolfid.prompts.plain import ExampleIndex, pick_demos, primer_of, render_plain
 from lm_eval_toolfid.prompts.settings import (
     CHAT_DEMOS,
@@ -78,13 +78,13 @@ class Prompter:
         bare JSON where the task wrote the instruction (plain style, tools in a system/user message)."""
         if self.settings.style == "raw":
             return None
-        if self.chat is not None and self.chat.tools_in == "template":
+        if self.chat is not None and self.chat.tools_in == TOOLS_IN_TEMPLATE:
             return self.chat.native_format
         return "bare_json"
 
     def until(self, until: list[str]) -> list[str]:
         """A task's stop sequences for this style. The chat style drops the plain prompt's block
-        separator (``\n###`` means nothing in a chat turn) and stops at the template's end-of-turn
+        separator (``\\n###`` means nothing in a chat turn) and stops at the template's end-of-turn
         token where that is not the tokenizer's end-of-sequence token (which lm-eval adds itself)."""
         if self.chat is None:
             return list(until)
