@@ -182,10 +182,15 @@ def test_auto_run_renders_the_template_and_pairs_with_an_explicit_chat_run(tmp_p
 @pytest.mark.slow
 def test_auto_on_a_model_without_a_template_keeps_the_plain_default(tmp_path):
     """The fixture model has no chat template: auto renders plain-v3 with one demonstration, the prompt
-    fingerprint references stored before auto existed were made with."""
+    fingerprint references stored before auto existed were made with. (An adapter run whose adapter
+    folder ships a tokenizer: the run says it is not used.)"""
     meta = {"cases": str(_subset(tmp_path / "cases.jsonl", 2))}
-    proc = lm_eval_cli(f"pretrained={FIX['base']}", tmp_path / "run", tmp_path / "home", metadata=meta,
-                       task="tool_use_fidelity", extra=["--gen_kwargs", "max_gen_toks=16"])
+    adapter = tmp_path / "adapter"
+    shutil.copytree(FIX["adapters"]["faithful"], adapter)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(Path(FIX["base"]) / name, adapter / name)
+    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={adapter}", tmp_path / "run", tmp_path / "home",
+                       metadata=meta, task="tool_use_fidelity", extra=["--gen_kwargs", "max_gen_toks=16"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "run", "tool_use_fidelity")
     prov = toolfid_meta(results, "tool_use_fidelity")
@@ -193,6 +198,7 @@ def test_auto_on_a_model_without_a_template_keeps_the_plain_default(tmp_path):
     assert "has no chat template" in prov["prompt_style_reason"]
     assert prov["prompt"] == PromptSettings(demos=1, template="plain-v3").fingerprint()
     assert results["configs"]["tool_use_fidelity"]["generation_kwargs"]["until"] == ["\n###"]
+    assert prov["adapter_chat_template"].startswith(f"{adapter} ships a tokenizer (no chat template), not used")
 
 
 def test_failure_shapes_are_counted_from_the_records():

@@ -13,6 +13,7 @@ import inspect
 import json
 import logging
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Callable
 
 import datasets
@@ -216,8 +217,15 @@ class ToolUseFidelityTask(ConfigurableTask):
         """An adapter folder that ships its own chat template: both views are rendered with the base's
         tokenizer (what lm-eval's HFLM loads too), and the run says so — or why they are not."""
         path = self.settings.adapter_path
-        shipped = shipped_chat_template(path) if path else None
+        if not path or not Path(path).is_dir():
+            return
+        shipped = shipped_chat_template(path)
+        source = self.settings.model_args.get("tokenizer") or self.settings.model_args.get("pretrained")
         if shipped is None:
+            if any((Path(path) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+                self.run.provenance["adapter_chat_template"] = (
+                    f"{path} ships a tokenizer (no chat template), not used: both views are tokenized and rendered "
+                    f"with the tokenizer of {source}")
             return
         file, template = shipped
         chat, sha = self.prompter.chat, template_sha(template)
