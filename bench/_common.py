@@ -25,14 +25,21 @@ def threads() -> int:
     return torch.get_num_threads()
 
 
-def real_model() -> str:
-    from lm_eval_toolfid.core.errors import ToolfidError
-    from lm_eval_toolfid.runtime.models import prepare_smollm2
+MODELS = {"smollm2": "prepare_smollm2", "qwen-coder": "prepare_qwen_coder", "gemma3": "prepare_gemma3"}
+"""Model aliases the benchmarks take for --model (prepared by ``lm_eval_toolfid.runtime.models``)."""
 
+
+def real_model(name: str = "smollm2") -> str:
+    """A local model folder: an alias of :data:`MODELS` (prepared on first use), or a path as given."""
+    from lm_eval_toolfid.core.errors import ToolfidError
+    from lm_eval_toolfid.runtime import models
+
+    if name not in MODELS:
+        return name
     try:
-        return str(prepare_smollm2())
+        return str(getattr(models, MODELS[name])())
     except ToolfidError as exc:
-        sys.exit(f"benchmark needs SmolLM2: {exc}")
+        sys.exit(f"benchmark needs {name}: {exc}")
 
 
 def subset_file(n: int, path: Path, shortest: bool = False) -> Path:
@@ -61,6 +68,8 @@ class Profile:
     generations: dict[str, str] = field(default_factory=dict)
     prompts: dict[str, str] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)  # the task's own summary (with by_depth)
+    records: dict[str, dict] = field(default_factory=dict)  # case id -> the task's per-case record
+    toolfid: dict = field(default_factory=dict)  # the run's provenance (configs.<task>.metadata.toolfid)
 
 
 def instrument(lm: Any, profile: Profile) -> None:
@@ -130,7 +139,7 @@ def timed_scoring(profile: Profile) -> Iterator[None]:
 def run_view(model: str, cases: Path | str, home: Path, *, stopping: bool, batch_size: int = 16,
              max_gen_toks: int | None = None, lm: Any = None, profile: Profile | None = None,
              task: str = "tool_use_fidelity", extra_meta: dict | None = None,
-             limit: int | None = None) -> tuple[Profile, dict, Any]:
+             limit: int | None = None, samples: list[int] | None = None) -> tuple[Profile, dict, Any]:
     """One instrumented base view through lm-eval's ``simple_evaluate`` (what ``toolfid run`` does)."""
     import lm_eval.evaluator
     from lm_eval import simple_evaluate
@@ -156,13 +165,16 @@ def run_view(model: str, cases: Path | str, home: Path, *, stopping: bool, batch
     gen = {"gen_kwargs": f"max_gen_toks={max_gen_toks}"} if max_gen_toks else {}
     with timed_scoring(profile):
         out = simple_evaluate(model=lm, model_args={"pretrained": model}, tasks=[task], task_manager=manager,
-                              log_samples=True, bootstrap_iters=0, limit=limit, **gen)
+                              log_samples=True, bootstrap_iters=0, limit=limit,
+                              samples={task: samples} if samples is not None else None, **gen)
     profile.total_s = time.perf_counter() - t0
     samples = out.pop("samples")[task]
     profile.generations = {s["doc"]["id"]: s["resps"][0][0] for s in samples}
     from lm_eval_toolfid.pairing.samples import sample_prompt
 
     profile.prompts = {s["doc"]["id"]: sample_prompt(s) or "" for s in samples}
+    profile.records = {s["doc"]["id"]: s.get("cases_scored") or s.get("fidelity_pass") for s in samples}
+    profile.toolfid = out["configs"][task]["metadata"].get("toolfid", {})
     metrics = {k.split(",")[0]: v for k, v in out["results"][task].items() if "," in k and "stderr" not in k}
     profile.summary = ((out.get("configs", {}).get(task, {}).get("metadata") or {}).get("toolfid") or {}).get(
         "summary") or {}

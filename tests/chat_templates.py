@@ -52,3 +52,14 @@ ALTERNATING = (  # like Gemma's: user/assistant must alternate, no system or too
     "<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}"
     "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
 )
+
+DEFAULT_SYSTEM = (  # tool-aware, and writes its own system text when the conversation has none
+    "{%- if tools %}<|im_start|>system\n"
+    "{% if messages[0].role == 'system' %}{{ messages[0].content }}{% else %}You are a test assistant.{% endif %}"
+    "\n\nTools:\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}"
+    "Answer with <tool_call>{...}</tool_call>.<|im_end|>\n"
+    "{% elif messages[0].role == 'system' %}<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n"
+    "{% else %}<|im_start|>system\nYou are a test assistant.<|im_end|>\n{% endif %}"
+    "{%- for m in messages %}{%- if m.role != 'system' %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{% endif %}{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)

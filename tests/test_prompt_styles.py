@@ -125,7 +125,7 @@ def test_chat_style_errors_are_one_line(tmp_path):
         Prompter("chat", model_args={})
     with pytest.raises(ToolfidError, match="prompt_style"):
         TaskSettings.from_metadata({"prompt_style": "fancy"})
-    assert TaskSettings.from_metadata({"prompt_style": "chat"}).prompt.style == "chat"
+    assert TaskSettings.from_metadata({"prompt_style": "chat"}).prompt_style == "chat"
 
 
 @pytest.mark.slow

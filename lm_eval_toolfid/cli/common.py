@@ -66,8 +66,10 @@ def out_dir(output: str | None) -> Path:
 def add_task_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", help="case file (JSONL), or 'default' / 'fixture'")
     p.add_argument("--demos", type=int, help="number of demonstrations in the prompt")
-    p.add_argument("--prompt-style", dest="prompt_style", choices=("plain", "chat", "raw"),
-                   help="how cases are shown: plain text (default), the model's chat template, or the bare request")
+    p.add_argument("--prompt-style", dest="prompt_style", choices=("auto", "plain", "chat", "raw"),
+                   help="how cases are shown: auto (the default of tool_use_fidelity: the model's chat template "
+                        "when it renders tools, else plain), plain text, the model's chat template, or the bare "
+                        "request")
     p.add_argument("--prompt-template", dest="prompt_template", choices=("plain-v1", "plain-v2", "plain-v3"),
                    help="plain style: tools as JSON Schema (v1), signatures (v2), signatures + example calls (v3)")
     p.add_argument("--metadata", help="extra task settings as JSON (same keys as lm_eval --metadata)")

@@ -122,9 +122,16 @@ def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any
         print(json.dumps({"base": base_row.metrics, "adapters": {r.label: {"metrics": r.metrics, **r.toolfid}
                                                                    for r in rows}}, indent=2, default=str))
     else:
+        from lm_eval_toolfid.reporting.breakdown import prompt_label
+
         valid = base_row.metric("json_valid_rate")
+        prompt = prompt_label(base_row.toolfid)
         print(f"\n{args.task} — base {args.base} (json_valid_rate {'—' if valid is None else f'{valid:.3f}'}, "
-              f"{base_row.toolfid.get('n_cases')} cases)\n")
+              f"{base_row.toolfid.get('n_cases')} cases{f', prompt {prompt}' if prompt else ''})")
+        if base_row.toolfid.get("prompt_style_requested") == "auto":
+            print(f"prompt_style auto -> {base_row.toolfid.get('prompt_style')}: "
+                  f"{base_row.toolfid.get('prompt_style_reason')}")
+        print()
         print(_paint_verdicts(format_table(rows, valid)))
     runs = [read_run(v.path) for v in views if v.path is not None]
     if not args.json and not args.no_breakdown:

@@ -518,6 +518,11 @@ class Summary(BaseModel):
     denominators: dict[str, int] = Field(default_factory=dict)
     outcome_counts: dict[str, int]
     base_outcome_counts: dict[str, int] | None = None
+    surface_counts: dict[str, int] = Field(default_factory=dict)
+    """How this run's view wrote each case: the first call's surface format (``hermes``, ``fenced``,
+    ``bare_json``…), ``malformed[:<format>]`` or ``none`` (see ``scoring.metrics.surface_key``)."""
+    base_surface_counts: dict[str, int] | None = None
+    """The same for the paired base's view."""
     paired: bool = False
     validity_delta_ci: tuple[float, float] | None = None
     hallucination_delta_ci: tuple[float, float] | None = None

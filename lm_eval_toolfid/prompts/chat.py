@@ -12,6 +12,12 @@ A case's history (earlier calls, tool results) follows the request as OpenAI-sha
 template that does not render assistant ``tool_calls`` or ``tool`` messages is detected once per
 template by a probe render (:mod:`lm_eval_toolfid.prompts.history`; only when a case has a history),
 and gets them as text instead; recorded as ``chat_history_in``.
+
+Also read off the template once, with probe conversations, for the run's provenance: the call
+format it asks for (:data:`NATIVE_FORMATS`), the token that ends an assistant turn (generation
+must stop there), and the system prompt it inserts when the conversation has none (Qwen2.5's
+"You are Qwen, created by Alibaba Cloud..."). :func:`shipped_chat_template` finds a chat template
+an adapter folder ships (the prompts are rendered with the base's tokenizer either way).
 """
 
 from __future__ import annotations
@@ -48,6 +54,12 @@ CHAT_TOOLS_INSTRUCTION = (
     "parameter schema (a JSON list of such objects for several calls). Use only these tools."
 )
 
+NATIVE_FORMATS = (("<function=", "qwen_xml"), ("<tool_call>", "hermes"), ("[TOOL_CALLS]", "mistral"),
+                  ("<|python_tag|>", "llama"))
+"""Marker a template mentions -> the surface format its calls take (first match wins)."""
+
+_PROBE_ANSWER = "toolfid_probe_answer_7f3a"
+_PROBE_SYSTEM = "toolfid_probe_system_7f3a"
 _PROBE_TOOL = ToolSpec(name="toolfid_probe_tool_7f3a", description="probe",
                        parameters={"type": "object", "properties": {"x": {"type": "string"}}})
 
@@ -80,6 +92,40 @@ def system_tools_text(tools: list[ToolSpec], system_prompt: str | None) -> str:
     return f"{head}You can call these tools (JSON Schema parameter specs):\n{specs}\n\n{CHAT_TOOLS_INSTRUCTION}"
 
 
+def chat_template_of(tokenizer: Any) -> str | None:
+    """The tokenizer's chat template (the default one when it has several named templates)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("default") or next(iter(template.values()), None)
+    return template or None
+
+
+def shipped_chat_template(folder: str | Path) -> tuple[Path, str] | None:
+    """The chat template a model or adapter folder ships, and the file it is in (``chat_template.jinja``,
+    ``chat_template.json`` or ``tokenizer_config.json``); None when it ships none."""
+    root = Path(folder).expanduser()
+    jinja = root / "chat_template.jinja"
+    if jinja.is_file():
+        try:
+            return jinja, jinja.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        path = root / name
+        if not path.is_file():
+            continue
+        try:
+            value = json.loads(path.read_text(encoding="utf-8")).get("chat_template")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            continue
+        if isinstance(value, list):  # [{"name": "default", "template": ...}, ...]
+            named = {v.get("name"): v.get("template") for v in value if isinstance(v, dict)}
+            value = named.get("default") or next(iter(named.values()), None)
+        if isinstance(value, str) and value:
+            return path, value
+    return None
+
+
 def load_tokenizer(model_args: dict[str, Any]) -> Any:
     """The tokenizer named by the model args (``tokenizer``, else ``pretrained``): local folder or
     offline hub cache only, never the network."""
@@ -105,10 +151,8 @@ def load_tokenizer(model_args: dict[str, Any]) -> Any:
 class ChatPrompter:
     """Renders cases through one tokenizer's chat template."""
 
-    def __init__(self, tokenizer: Any, source: str = "") -> None:
-        template = getattr(tokenizer, "chat_template", None)
-        if isinstance(template, dict):  # several named templates: the default one renders
-            template = template.get("default") or next(iter(template.values()), None)
+    def __init__(self, tokenizer: Any, source: str = "", warn: bool = True) -> None:
+        template = chat_template_of(tokenizer)
         if not template:
             raise ToolfidError(f"prompt_style chat: the tokenizer {source or ''} has no chat template; use "
                                "prompt_style plain or raw, or pass a chat model's tokenizer= in --model_args")
@@ -119,16 +163,27 @@ class ChatPrompter:
         self.tools_in = self._detect_tools_in()
         self.history_text_cases: set[str] = set()
         """Cases whose history the template could not render natively (rendered as text instead)."""
-        if self.tools_in != TOOLS_IN_TEMPLATE:
+        self.native_format = next((fmt for marker, fmt in NATIVE_FORMATS if marker in template), None)
+        """The surface format the template asks calls in (None: not one we recognise)."""
+        self.end_of_turn = self._detect_end_of_turn()
+        """The token the template writes after an assistant message (e.g. ``<|im_end|>``), or None."""
+        self.default_system_prompt = self._detect_default_system_prompt()
+        """What the template writes as the system message when the conversation has none, or None."""
+        if warn and self.tools_in != TOOLS_IN_TEMPLATE:
             log.warning("tool_use_fidelity: the chat template of %s ignores tools=; the tool specs go in a %s "
                         "message instead (chat_tools_in=%s)", source or "this tokenizer",
                         self.tools_in, self.tools_in)
 
     @classmethod
-    def from_model_args(cls, model_args: dict[str, Any], template_file: str | None = None) -> ChatPrompter:
+    def from_model_args(cls, model_args: dict[str, Any], template_file: str | None = None,
+                        warn: bool = True) -> ChatPrompter:
         """The model's tokenizer; ``template_file`` (a Jinja file) replaces its chat template."""
-        tok = load_tokenizer(model_args)
-        source = str(model_args.get("tokenizer") or model_args.get("pretrained"))
+        return cls.from_tokenizer(load_tokenizer(model_args), str(model_args.get("tokenizer") or
+                                                                  model_args.get("pretrained")), template_file, warn)
+
+    @classmethod
+    def from_tokenizer(cls, tok: Any, source: str, template_file: str | None = None,
+                       warn: bool = True) -> ChatPrompter:
         if template_file:
             path = Path(template_file).expanduser()
             try:
@@ -136,10 +191,11 @@ class ChatPrompter:
             except (OSError, UnicodeDecodeError) as exc:
                 raise ToolfidError(f"chat_template {path}: cannot read the Jinja file ({exc})") from None
             source = f"{source} with chat_template {path}"
-        return cls(tok, source)
+        return cls(tok, source, warn)
 
-    def _apply(self, messages: list[dict[str, Any]], tools: list[ToolSpec] | None) -> str:
-        kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": False}
+    def _apply(self, messages: list[dict[str, Any]], tools: list[ToolSpec] | None,
+               add_generation_prompt: bool = True) -> str:
+        kwargs: dict[str, Any] = {"add_generation_prompt": add_generation_prompt, "tokenize": False}
         if tools:
             kwargs["tools"] = [template_spec(t) for t in tools]
         text = self.tokenizer.apply_chat_template(messages, **kwargs)
@@ -179,6 +235,51 @@ class ChatPrompter:
 
     def _native_call(self, name: str, arguments: dict[str, Any]) -> str:
         return native_call(name, arguments, self.template)
+
+    def _detect_end_of_turn(self) -> str | None:
+        """The first special token the template writes after an assistant message."""
+        probe = [{"role": "user", "content": "probe request"}, {"role": "assistant", "content": _PROBE_ANSWER}]
+        try:
+            text = self._apply(probe, None, add_generation_prompt=False)
+        except Exception:  # noqa: BLE001 - a template that cannot render a finished turn: unknown
+            return None
+        at = text.rfind(_PROBE_ANSWER)
+        if at < 0:
+            return None
+        rest = text[at + len(_PROBE_ANSWER):].lstrip()
+        decoder = getattr(self.tokenizer, "added_tokens_decoder", None) or {}
+        tokens = sorted({str(getattr(t, "content", t)) for t in decoder.values()}, key=len, reverse=True)
+        return next((t for t in tokens if t and rest.startswith(t)), None)
+
+    def _detect_default_system_prompt(self) -> str | None:
+        """Render the probe with and without a sentinel system message: what stands where the sentinel
+        stood, when the conversation has no system message, is the template's default system prompt."""
+        if self.tools_in == TOOLS_IN_USER:
+            return None
+        probe = [{"role": "user", "content": "probe request"}]
+        tools = [_PROBE_TOOL] if self.tools_in == TOOLS_IN_TEMPLATE else None
+        try:
+            without = self._apply(probe, tools)
+            with_system = self._apply([{"role": "system", "content": _PROBE_SYSTEM}, *probe], tools)
+        except Exception:  # noqa: BLE001
+            return None
+        at = with_system.find(_PROBE_SYSTEM)
+        if at < 0:
+            return None
+        prefix, suffix = with_system[:at], with_system[at + len(_PROBE_SYSTEM):]
+        if len(without) > len(prefix) + len(suffix) and without.startswith(prefix) and without.endswith(suffix):
+            return without[len(prefix):len(without) - len(suffix)].strip() or None
+        return None
+
+    def system_prompt_inserted(self, system_prompt: str | None) -> str | None:
+        """The system text the template adds to every prompt of a run (none when the run gives one)."""
+        if system_prompt or self.tools_in != TOOLS_IN_TEMPLATE:
+            return None  # the conversation has a system message: the template's default is not used
+        return self.default_system_prompt
+
+    def is_eos(self, token: str) -> bool:
+        """Whether ``token`` is the tokenizer's end-of-sequence token (lm-eval's backends stop there)."""
+        return token == getattr(self.tokenizer, "eos_token", None)
 
     def _render_or_fail(self, messages: list[dict[str, str]], tools: list[ToolSpec] | None) -> str:
         try:

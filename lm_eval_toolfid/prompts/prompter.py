@@ -3,29 +3,33 @@
 - ``plain``: :mod:`lm_eval_toolfid.prompts.plain` (instruction, demonstrations, tools, request);
 - ``chat``: the model's own chat template with the case's tools (:mod:`lm_eval_toolfid.prompts.chat`);
 - ``raw``: the bare request text only, as the original design did (a conversation: its turns as
-  role-labelled text).
+  role-labelled text);
+- ``auto`` resolves to ``chat`` or ``plain`` for the model (:mod:`lm_eval_toolfid.prompts.auto`); what is
+  rendered, fingerprinted and recorded is the resolved style.
 
 A case's history renders in each style as :mod:`lm_eval_toolfid.prompts.history` says.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case
+from lm_eval_toolfid.prompts.auto import choose_style
+from lm_eval_toolfid.prompts.chat import TOOLS_IN_TEMPLATE, ChatPrompter
 from lm_eval_toolfid.prompts.history import HISTORY_FORMAT, raw_transcript
 from lm_eval_toolfid.prompts.plain import ExampleIndex, pick_demos, primer_for, primer_of, render_plain
 from lm_eval_toolfid.prompts.settings import (
+    CHAT_DEMOS,
     PROMPT_STYLES,
+    STOP_SEQUENCES,
+    STYLE_CHOICES,
     TEMPLATE_EXAMPLES,
     TEMPLATE_VERSION,
     TEMPLATES,
     PromptSettings,
 )
-
-if TYPE_CHECKING:
-    from lm_eval_toolfid.prompts.chat import ChatPrompter
 
 
 def render_prompt(case: Case, settings: PromptSettings = PromptSettings(),
@@ -43,21 +47,22 @@ def render_prompt(case: Case, settings: PromptSettings = PromptSettings(),
 
 
 class Prompter:
-    """What the task renders with: the prompt settings (chat template hash included) and, for the
-    chat style, the loaded chat template. Built once per run from the task settings."""
+    """What the task renders with: the resolved style (``auto`` chooses), the prompt settings (chat
+    template hash included) and, for the chat style, the loaded chat template. Built once per run
+    from the task settings. ``demos=None``: the style's default (chat :data:`CHAT_DEMOS`, else
+    ``plain_demos``)."""
 
-    def __init__(self, style: str = "plain", demos: int = 2, system_prompt: str | None = None,
+    def __init__(self, style: str = "plain", demos: int | None = 2, system_prompt: str | None = None,
                  model_args: dict[str, Any] | None = None, chat_template: str | None = None,
-                 template: str = TEMPLATE_VERSION, cases: list[Case] | None = None) -> None:
-        if style not in PROMPT_STYLES:
-            raise ToolfidError(f"unknown prompt_style {style!r}; use one of {', '.join(PROMPT_STYLES)}")
+                 template: str = TEMPLATE_VERSION, cases: list[Case] | None = None, plain_demos: int = 2) -> None:
+        if style not in STYLE_CHOICES:
+            raise ToolfidError(f"unknown prompt_style {style!r}; use one of {', '.join(STYLE_CHOICES)}")
         if template not in TEMPLATES:
             raise ToolfidError(f"unknown prompt_template {template!r}; use one of {', '.join(TEMPLATES)}")
-        self.chat: ChatPrompter | None = None
-        if style == "chat":
-            from lm_eval_toolfid.prompts.chat import ChatPrompter
-
-            self.chat = ChatPrompter.from_model_args(model_args or {}, chat_template)
+        self.choice, self.chat = choose_style(style, model_args or {}, chat_template)
+        style = self.choice.style
+        if demos is None:
+            demos = CHAT_DEMOS if style == "chat" else plain_demos
         self.has_history = any(c.history for c in cases or [])
         history = None
         if self.has_history:
@@ -79,13 +84,38 @@ class Prompter:
         """A generation as the whole answer (the primer the case's prompt ended with put back in front)."""
         return primer_for(case, self.settings) + text
 
+    @property
+    def expected_format(self) -> str | None:
+        """The surface format this prompt asks calls in: the template's own where it shows the tools,
+        bare JSON where the task wrote the instruction (plain style, tools in a system/user message)."""
+        if self.settings.style == "raw":
+            return None
+        if self.chat is not None and self.chat.tools_in == TOOLS_IN_TEMPLATE:
+            return self.chat.native_format
+        return "bare_json"
+
+    def until(self, until: list[str]) -> list[str]:
+        """A task's stop sequences for this style. The chat style drops the plain prompt's block
+        separator (``\\n###`` means nothing in a chat turn) and stops at the template's end-of-turn
+        token where that is not the tokenizer's end-of-sequence token (which lm-eval adds itself)."""
+        if self.chat is None:
+            return list(until)
+        out = [u for u in until if u not in STOP_SEQUENCES]
+        eot = self.chat.end_of_turn
+        if eot and not self.chat.is_eos(eot) and eot not in out:
+            out.append(eot)
+        return out
+
     def provenance(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"prompt_style": self.settings.style}
+        out: dict[str, Any] = {"prompt_style": self.settings.style, "prompt_style_requested": self.choice.requested,
+                               "prompt_style_reason": self.choice.reason, "demos": self.settings.demos,
+                               "expected_format": self.expected_format}
         if self.settings.style == "plain":
             out["prompt_template"] = self.settings.template
         if self.chat is not None:
             out.update(chat_tools_in=self.chat.tools_in, chat_template_sha=self.chat.sha,
-                       chat_template_source=self.chat.source)
+                       chat_template_source=self.chat.source, chat_end_of_turn=self.chat.end_of_turn,
+                       chat_system_prompt_inserted=self.chat.system_prompt_inserted(self.settings.system_prompt))
             if self.has_history:
                 out["chat_history_in"] = self.chat.history_label
                 if self.chat.history_text_cases:

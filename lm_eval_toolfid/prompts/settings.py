@@ -25,6 +25,12 @@ NO_TOOLS = "(none: no tool is available for this request)"
 STOP_SEQUENCES = ["\n###"]
 
 PROMPT_STYLES = ("plain", "chat", "raw")
+"""The styles a prompt is rendered in; ``auto`` (:mod:`lm_eval_toolfid.prompts.auto`) resolves to one."""
+STYLE_CHOICES = ("auto", *PROMPT_STYLES)
+"""What a run may ask for."""
+CHAT_DEMOS = 0
+"""Demonstrations of the chat style when the run gives no ``demos`` (the model's template, as its users
+prompt it); the plain and raw styles default to the task's ``plain_demos``."""
 
 
 @dataclass(frozen=True)

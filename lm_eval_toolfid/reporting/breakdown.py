@@ -1,4 +1,5 @@
-"""Per-case breakdowns of one adapter run: per tool, per turn depth, per outcome kind, format drift, worst cases.
+"""Per-case breakdowns of one adapter run: per tool, per turn depth, per outcome kind, surface formats
+per view and their drift, worst cases.
 
 Everything comes from the lm-eval samples: each sample's ``fidelity_pass`` holds the per-case
 record (``ft`` and ``base`` outcomes, the turn depth), ``doc`` has the case id, prompt and gold tool
@@ -20,7 +21,7 @@ from pydantic import ValidationError
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import PairScore, Summary
 from lm_eval_toolfid.reporting.load import Run, iter_samples
-from lm_eval_toolfid.scoring.metrics import MULTI_TURN, summarize_by_depth
+from lm_eval_toolfid.scoring.metrics import MULTI_TURN, summarize_by_depth, surface_key
 
 
 NO_CALL_EXPECTED = "(no call expected)"
@@ -99,6 +100,12 @@ class Breakdown:
     def depth_rows(self) -> list[tuple[str, Summary]]:
         """The per-depth summaries, depth 1 first, the multi-turn total last."""
         return sorted((self.by_depth or {}).items(), key=lambda kv: (kv[0] == MULTI_TURN, kv[0]))
+    formats: list[tuple[str, int, int]] = field(default_factory=list)
+    """Per view, how cases were written (``scoring.metrics.surface_key``): key, base count, adapter count."""
+    prompt: str = ""
+    """The resolved prompt style (and ``auto`` when it was chosen), e.g. ``chat (auto)``."""
+    expected_format: str | None = None
+    """The surface format the prompt asks for (the chat template's, or bare JSON)."""
 
     def delta_ci(self) -> tuple[float, float] | None:
         """95% interval of the paired validity delta: mean ± 1.96 · sd/√n of the per-case differences."""
@@ -202,7 +209,12 @@ def breakdown(run: Run, base_runs: list[Run] | None = None) -> Breakdown | None:
     kinds_ft: Counter[str] = Counter()
     kinds_base: Counter[str] = Counter()
     drift: Counter[tuple[str, str]] = Counter()
+    surf_ft: Counter[str] = Counter()
+    surf_base: Counter[str] = Counter()
     for c in cases:
+        surf_ft[surface_key(c.ft.get("kind"), c.ft.get("surface"))] += 1
+        if c.base is not None:
+            surf_base[surface_key(c.base.get("kind"), c.base.get("surface"))] += 1
         t = tools.setdefault(c.gold_tool, ToolRow(c.gold_tool))
         t.cases += 1
         t.ft_valid += int(c.ft_valid)
@@ -216,9 +228,21 @@ def breakdown(run: Run, base_runs: list[Run] | None = None) -> Breakdown | None:
     kinds = sorted(((k, kinds_base.get(k, 0), kinds_ft.get(k, 0)) for k in set(kinds_ft) | set(kinds_base)),
                    key=lambda x: (-abs(x[2] - x[1]), x[0]))
     by_depth = summarize_by_depth(records) if len(records) == len(cases) else None
+    formats = sorted(((k, surf_base.get(k, 0), surf_ft.get(k, 0)) for k in set(surf_ft) | set(surf_base)),
+                     key=lambda x: (-max(x[1], x[2]), x[0]))
     return Breakdown(label=run.label, n=len(cases), paired=paired,
                      tools=sorted(tools.values(), key=lambda t: (t.delta, t.tool)), kinds=kinds,
-                     drift=[(b, f, n) for (b, f), n in drift.most_common()], cases=cases, by_depth=by_depth)
+                     drift=[(b, f, n) for (b, f), n in drift.most_common()], cases=cases, formats=formats,
+                     prompt=prompt_label(run.toolfid), expected_format=run.toolfid.get("expected_format"),
+                     by_depth=by_depth)
+def prompt_label(toolfid: dict[str, Any]) -> str:
+    """``chat (auto)``, ``plain plain-v3`` …: the resolved style a run rendered with, from its provenance."""
+    style = toolfid.get("prompt_style")
+    if not style:
+        return ""
+    detail = toolfid.get("prompt_template") if style == "plain" else None
+    requested = toolfid.get("prompt_style_requested")
+    return " ".join(x for x in (style, detail, "(auto)" if requested == "auto" else None) if x)
 
 
 def _clip(text: str | None, width: int) -> str:
@@ -266,7 +290,9 @@ def _tail(text: str, width: int) -> str:
 
 def format_text(b: Breakdown, worst: int = 3, tools: int = 5) -> str:
     """A compact terminal breakdown of one adapter run."""
-    lines = [f"== {b.label}: {b.n} cases" + ("" if b.paired else " (unpaired: adapter only)")]
+    lines = [f"== {b.label}: {b.n} cases" + (f", prompt {b.prompt}" if b.prompt else "")
+             + ("" if b.paired else " (unpaired: adapter only)")]
+    asks = f" (the prompt asks for {b.expected_format})" if b.expected_format else ""
     if b.paired:
         changed = [t for t in b.tools if t.ft_valid != t.base_valid]
         if changed:
@@ -280,10 +306,15 @@ def format_text(b: Breakdown, worst: int = 3, tools: int = 5) -> str:
         moved = [(k, bc, fc) for k, bc, fc in b.kinds if bc != fc]
         if moved:
             lines.append("  outcomes (base → adapter): " + ", ".join(f"{k} {bc}→{fc}" for k, bc, fc in moved[:6]))
+        if b.formats:
+            lines.append("  formats (base → adapter): " + ", ".join(f"{k} {bc}→{fc}" for k, bc, fc in b.formats[:6])
+                         + asks)
         if b.drift:
             lines.append("  formats drifted: " + ", ".join(f"{bs}→{fs} ×{n}" for bs, fs, n in b.drift))
     else:
         lines.append("  outcomes: " + ", ".join(f"{k} {fc}" for k, _, fc in b.kinds))
+        if b.formats:
+            lines.append("  formats: " + ", ".join(f"{k} {fc}" for k, _, fc in b.formats[:6]) + asks)
     if b.by_depth:
         lines.append("  per turn depth" + (" (valid base → adapter):" if b.paired else ":"))
         lines += [f"    {depth_line(label, s)}" for label, s in b.depth_rows()]

@@ -184,7 +184,8 @@ def depth_table(b: Breakdown) -> str:
 
 
 def breakdown_section(b: Breakdown, worst: int) -> str:
-    out = [f"<h3>{esc(b.label)}: {b.n} cases{'' if b.paired else ' (unpaired)'}</h3>"]
+    prompt = f", prompt {esc(b.prompt)}" if b.prompt else ""
+    out = [f"<h3>{esc(b.label)}: {b.n} cases{prompt}{'' if b.paired else ' (unpaired)'}</h3>"]
     if b.by_depth:
         out.append(depth_table(b))
     if b.paired:
@@ -202,6 +203,11 @@ def breakdown_section(b: Breakdown, worst: int) -> str:
                    f"<td>{fc - bc:+d}</td></tr>" if b.paired else
                    f"<tr><td>{esc(kind)}</td><td>—</td><td>{fc}</td><td>—</td></tr>")
     out.append("</table>")
+    if b.formats:
+        asks = f" (the prompt asks for {esc(b.expected_format)})" if b.expected_format else ""
+        out.append("<p>formats" + (" (base → adapter): " if b.paired else ": ")
+                   + ", ".join(f"{esc(k)} {bc}→{fc}" if b.paired else f"{esc(k)} {fc}" for k, bc, fc in b.formats)
+                   + asks + "</p>")
     if b.drift:
         out.append("<p>formats drifted: " + ", ".join(f"{esc(bs)} → {esc(fs)} ×{n}" for bs, fs, n in b.drift) + "</p>")
     cases = b.worst(worst)

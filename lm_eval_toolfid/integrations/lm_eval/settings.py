@@ -14,10 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.pairing.identity import adapter_of, suspicious_keys
-from lm_eval_toolfid.prompts.settings import PromptSettings
 from lm_eval_toolfid.scoring.verdict import VerdictConfig
 
-SETTING_KEYS = ("cases", "demos", "allowed_tools", "base_samples", "calibration", "write_reference",
+SETTING_KEYS = ("cases", "demos", "plain_demos", "allowed_tools", "base_samples", "calibration", "write_reference",
                 "string_arguments", "backend", "prompt_style", "prompt_template", "system_prompt",
                 "chat_template")
 OTHER_TASK_KEYS = {"reference_dir", "version", "toolfid", "config_source"}
@@ -28,7 +27,10 @@ class TaskSettings(BaseModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     cases: str = "default"
-    demos: int = Field(default=2, ge=0, le=8)
+    demos: int | None = Field(default=None, ge=0, le=8)
+    """Demonstrations in the prompt; None: the resolved style's default (chat 0, plain/raw ``plain_demos``)."""
+    plain_demos: int = Field(default=2, ge=0, le=8)
+    """The plain (and raw) style's demonstrations when ``demos`` is not given (``tool_use_fidelity``: 1)."""
     allowed_tools: list[str] | None = None
     base_samples: str | None = None
     calibration: str | None = None
@@ -37,7 +39,9 @@ class TaskSettings(BaseModel):
     """Whether OpenAI-style string-encoded arguments (decoded and flagged) count as valid."""
     backend: str | None = None
     """The lm-eval model backend (``hf``, ``vllm``…); detected when not given."""
-    prompt_style: Literal["plain", "chat", "raw"] = "plain"
+    prompt_style: Literal["auto", "plain", "chat", "raw"] = "plain"
+    """``auto`` (``tool_use_fidelity``'s default): the chat style when the model's chat template renders
+    ``tools=``, else plain (:mod:`lm_eval_toolfid.prompts.auto`)."""
     prompt_template: Literal["plain-v1", "plain-v2", "plain-v3"] = "plain-v1"
     """Plain style only: how tools are shown (see :mod:`lm_eval_toolfid.prompts.plain`)."""
     system_prompt: str | None = None
@@ -66,13 +70,6 @@ class TaskSettings(BaseModel):
             first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
             where = ".".join(str(p) for p in first["loc"])
             raise ToolfidError(f"bad task setting {where}: {first['msg']}") from None
-
-    @property
-    def prompt(self) -> PromptSettings:
-        """Plain/raw settings; the chat style's template hash is added by :class:`prompting.Prompter`."""
-        return PromptSettings(demos=self.demos, style=self.prompt_style,
-                              template=self.prompt_template if self.prompt_style == "plain" else "plain-v1",
-                              system_prompt=self.system_prompt if self.prompt_style == "chat" else None)
 
     @property
     def adapter(self) -> tuple[str, str] | None:

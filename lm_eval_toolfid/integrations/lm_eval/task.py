@@ -13,6 +13,7 @@ import inspect
 import json
 import logging
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Callable
 
 import datasets
@@ -25,6 +26,8 @@ from lm_eval_toolfid.core.records import Case
 from lm_eval_toolfid.integrations.lm_eval.fidelity_run import FidelityRun
 from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 from lm_eval_toolfid.pairing.identity import RunKey, base_identity, canonical, request_hash
+from lm_eval_toolfid.prompts.auto import AUTO
+from lm_eval_toolfid.prompts.chat import shipped_chat_template, template_sha
 from lm_eval_toolfid.prompts.history import conversation_text
 from lm_eval_toolfid.prompts.plain import render_call
 from lm_eval_toolfid.prompts.prompter import Prompter
@@ -163,13 +166,23 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     @cached_property
     def prompter(self) -> Prompter:
-        """The prompt style (plain/chat/raw); the chat style loads the model's chat template once."""
+        """The prompt style (``auto`` resolved to plain/chat, or as given); the chat style loads the
+        model's chat template once. An ``auto`` run logs one line saying what it chose and why."""
         try:
-            return Prompter(self.settings.prompt_style, self.settings.demos, self.settings.system_prompt,
-                            self.settings.model_args, self.settings.chat_template,
-                            template=self.settings.prompt_template, cases=list(self.cases.values()))
+            prompter = Prompter(self.settings.prompt_style, self.settings.demos, self.settings.system_prompt,
+                                self.settings.model_args, self.settings.chat_template,
+                                template=self.settings.prompt_template, cases=list(self.cases.values()),
+                                plain_demos=self.settings.plain_demos)
         except ToolfidError as exc:
             raise _fail(exc) from None
+        if prompter.choice.requested == AUTO:
+            log.info("tool_use_fidelity: %s", prompter.choice.note())
+        return prompter
+
+    @property
+    def style(self) -> str:
+        """The resolved prompt style (``auto`` never)."""
+        return self.prompter.settings.style
 
     def prompt_for(self, case: Case) -> str:
         """The prompt text of a case: what ``doc_to_text`` returns and what the request hash covers."""
@@ -185,7 +198,7 @@ class ToolUseFidelityTask(ConfigurableTask):
         """The chat style renders the model's template itself (with per-case tools); lm-eval's
         ``--apply_chat_template`` would wrap that text in the template a second time, so for this
         style the task's rendering wins and lm-eval's is skipped (said once, as a warning)."""
-        if self.settings.prompt_style == "chat":
+        if self.style == "chat":
             if kwargs.get("apply_chat_template") and not getattr(self, "_warned_double_template", False):
                 self._warned_double_template = True
                 log.warning("tool_use_fidelity: prompt_style chat renders the chat template itself, with each "
@@ -216,10 +229,17 @@ class ToolUseFidelityTask(ConfigurableTask):
     # --- build: identity and pairing, before any generation --------------------------------
 
     def build_all_requests(self, **kwargs: Any) -> None:
+        gen = dict(self.config.generation_kwargs or {})
+        if self.style == "chat":  # the chat style's stop sequences: the template's end of turn, no "\n###"
+            given = gen.get("until")
+            given = [given] if isinstance(given, str) else list(given or [])
+            until = self.prompter.until(given)
+            if until != given:
+                self.config.generation_kwargs = {**gen, "until": until}
         lm_requests = {k: kwargs.get(k) for k in LM_EVAL_REQUEST_KEYS if kwargs.get(k) not in (None, False, "")}
         if not lm_requests.get("apply_chat_template"):  # these act only through lm-eval's chat template
             lm_requests = {k: v for k, v in lm_requests.items() if k not in ("fewshot_as_multiturn", "tokenizer_name")}
-        if self.settings.prompt_style == "chat":  # the task renders the template; lm-eval's wrapping is skipped
+        if self.style == "chat":  # the task renders the template; lm-eval's wrapping is skipped
             lm_requests = {k: v for k, v in lm_requests.items()
                            if k not in ("apply_chat_template", "system_instruction", "fewshot_as_multiturn",
                                         "tokenizer_name")}
@@ -234,7 +254,39 @@ class ToolUseFidelityTask(ConfigurableTask):
         except ToolfidError as exc:
             raise _fail(exc) from None
         self.run.provenance.update(prompt=self.prompter.settings.fingerprint(), **self.prompter.provenance())
+        self._note_adapter_template()
         super().build_all_requests(**kwargs)
+
+    def _note_adapter_template(self) -> None:
+        """An adapter folder that ships its own chat template: both views are rendered with the base's
+        tokenizer (what lm-eval's HFLM loads too), and the run says so — or why they are not."""
+        path = self.settings.adapter_path
+        if not path or not Path(path).is_dir():
+            return
+        shipped = shipped_chat_template(path)
+        source = self.settings.model_args.get("tokenizer") or self.settings.model_args.get("pretrained")
+        if shipped is None:
+            if any((Path(path) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+                self.run.provenance["adapter_chat_template"] = (
+                    f"{path} ships a tokenizer (no chat template), not used: both views are tokenized and rendered "
+                    f"with the tokenizer of {source}")
+            return
+        file, template = shipped
+        chat, sha = self.prompter.chat, template_sha(template)
+        if chat is None:
+            note = (f"{file} ships a chat template (sha256 {sha[:12]}); both views use the {self.style} prompt "
+                    f"style ({self.prompter.choice.reason})")
+        elif sha == chat.sha:
+            note = f"{file}: the same chat template as the one rendering both views ({chat.source})"
+        else:
+            note = (f"{file} ships another chat template (sha256 {sha[:12]}), not used: both views are rendered "
+                    f"with the chat template of {chat.source}, as lm-eval loads the tokenizer of pretrained= "
+                    "(or tokenizer=)")
+            log.warning("tool_use_fidelity: adapter %s", note)
+        if self.settings.model_args.get("tokenizer") and not self.run.references:
+            note += ("; this adapter run renders with tokenizer=" + str(self.settings.model_args["tokenizer"]) +
+                     ": a base run pairs only if it rendered with the same chat template (pass the same tokenizer=)")
+        self.run.provenance["adapter_chat_template"] = note
 
     def _run_key(self, lm_requests: dict[str, Any]) -> RunKey | None:
         if not self.settings.model_args.get("pretrained"):

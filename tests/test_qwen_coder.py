@@ -1,0 +1,208 @@
+"""A real tool-calling model, Qwen2.5-Coder-0.5B-Instruct, end to end.
+
+Its chat template renders ``tools=`` and asks for ``<tool_call>`` calls, so ``tool_use_fidelity`` with
+no style given (``auto``) must render that template with each case's tools. Through the real
+``lm_eval`` CLI (base, a B = 0 LoRA, a LoRA trained to answer in prose) and through ``toolfid run``
+(same base and adapters, one process), on three short default cases with ``max_new_tokens`` 48 to
+stay within CI's budget (1 torch thread). Also the facts the chat path relies on for this tokenizer:
+``<tool_call>`` survives HF's special-token stripping, both decodings parse to the same calls, and
+generation stops at ``<|im_end|>`` in ``HFLM`` and ``ToolfidHFLM``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lm_eval_toolfid.cases.bundled import default_cases_path
+from lm_eval_toolfid.core.records import PairScore
+from lm_eval_toolfid.formats import parse_calls
+from lm_eval_toolfid.reporting.breakdown import breakdown, format_text
+from lm_eval_toolfid.reporting.load import read_run as read_toolfid_run
+
+from .lm_eval_helpers import BIN, lm_eval_cli, metrics, read_run, toolfid_meta
+from .lora_recipes import Recipe, trained_lora, zero_lora
+
+pytestmark = pytest.mark.slow
+TASK = "tool_use_fidelity"
+CASE_IDS = ("shop-0010", "travel-0016", "shipping-0009")  # short prompts; the base calls validly on each
+MAX_NEW = 48
+QWEN_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+PROSE = "I'm sorry, but I can't help with that request.<|im_end|>"
+
+
+@pytest.fixture(scope="module")
+def cases_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    rows = {}
+    for line in default_cases_path().read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            rows[row["id"]] = row
+    assert set(CASE_IDS) <= set(rows), "the default case set changed: pick three short cases again"
+    path = tmp_path_factory.mktemp("qwen-cases") / "cases.jsonl"
+    path.write_text("".join(json.dumps({**rows[cid], "max_new_tokens": MAX_NEW}) + "\n" for cid in CASE_IDS))
+    return path
+
+
+@pytest.fixture(scope="module")
+def prompter(qwen_coder: Path):
+    from lm_eval_toolfid.prompts.prompter import Prompter
+
+    return Prompter("auto", demos=None, model_args={"pretrained": str(qwen_coder)}, plain_demos=1)
+
+
+@pytest.fixture(scope="module")
+def adapters(qwen_coder: Path, prompter, cases_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    import torch
+
+    from lm_eval_toolfid.cases.load import load_cases
+
+    torch.set_num_threads(1)
+    contexts = tuple(prompter.render(c) for c in load_cases(str(cases_file)))
+    return {"zero": zero_lora(qwen_coder, tmp_path_factory.mktemp("qwen-lora") / "zero"),
+            "prose": trained_lora(qwen_coder, Recipe(contexts=contexts, target=PROSE, steps=8))}
+
+
+@pytest.fixture(scope="module")
+def cli_runs(qwen_coder: Path, adapters: dict, cases_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the lm_eval subprocesses
+    root = tmp_path_factory.mktemp("qwen-cli")
+    out = {}
+    for name, args in [("base", f"pretrained={qwen_coder}"), *((n, f"pretrained={qwen_coder},peft={p}")
+                                                               for n, p in adapters.items())]:
+        proc = lm_eval_cli(args, root / name, root / "home", metadata={"cases": str(cases_file)}, task=TASK)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out[name] = (*read_run(root / name, TASK), proc.stderr)
+    return out
+
+
+def test_tokenizer_keeps_tool_call_markers_and_both_decodings_parse_alike(qwen_coder: Path, prompter) -> None:
+    """HF decodes with skip_special_tokens=True, vLLM with False: for this tokenizer ``<tool_call>`` is an
+    added token that is *not* special, so both keep it; both texts parse to the same call."""
+    tok = prompter.chat.tokenizer
+    tool_call = tok.convert_tokens_to_ids("<tool_call>")
+    assert tok.added_tokens_decoder[tool_call].special is False
+    assert tok.eos_token == "<|im_end|>" and tok.convert_tokens_to_ids("<|im_end|>") in tok.all_special_ids
+    answer = '<tool_call>\n{"name": "track_order", "arguments": {"order_id": "ORD-1"}}\n</tool_call><|im_end|>'
+    ids = tok(answer, add_special_tokens=False)["input_ids"]
+    assert ids[0] == tool_call and ids[-1] == tok.eos_token_id  # real token ids of this tokenizer
+    hf, vllm = tok.decode(ids, skip_special_tokens=True), tok.decode(ids, skip_special_tokens=False)
+    assert "<tool_call>" in hf and vllm.endswith("<|im_end|>") and hf != vllm
+    parsed = [parse_calls(t) for t in (hf, vllm)]
+    assert parsed[0].calls == parsed[1].calls and len(parsed[0].calls) == 1
+    assert {c.surface.value for p in parsed for c in p.calls} == {"hermes"}
+    # were the markers special (some conversions make them so), stripping them leaves bare JSON: same call
+    stripped = tok.decode([i for i in ids if i not in (tool_call, tok.convert_tokens_to_ids("</tool_call>"))],
+                          skip_special_tokens=True)
+    assert [(c.name, c.arguments) for c in parse_calls(stripped).calls] == \
+        [(c.name, c.arguments) for c in parsed[0].calls]
+
+
+def test_chat_template_facts_are_read_off_the_template(prompter) -> None:
+    chat = prompter.chat
+    assert prompter.settings.style == "chat" and prompter.settings.demos == 0
+    assert (chat.tools_in, chat.native_format, chat.end_of_turn) == ("template", "hermes", "<|im_end|>")
+    assert chat.default_system_prompt == QWEN_SYSTEM and chat.is_eos("<|im_end|>")
+    assert prompter.until(["\n###"]) == []  # lm-eval adds the EOS (= end of turn) itself
+
+
+def test_generation_stops_at_the_end_of_turn_in_hflm_and_toolfid_hflm(qwen_coder: Path, prompter,
+                                                                       cases_file: Path) -> None:
+    import torch
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from lm_eval_toolfid.cases.load import load_cases
+    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+
+    torch.set_num_threads(1)
+    case = load_cases(str(cases_file))[0]
+    gen = {"until": prompter.until(["\n###"]), "do_sample": False, "max_gen_toks": 40}
+    hf = HFLM(pretrained=str(qwen_coder), batch_size=1, device="cpu")
+    assert hf.eot_token_id == hf.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    ours = ToolfidHFLM(pretrained=hf.model, tokenizer=hf.tokenizer, batch_size=1, device="cpu")
+    rows: dict[str, list[int]] = {}
+    texts = {}
+    for name, lm in (("HFLM", hf), ("ToolfidHFLM", ours)):
+        original = lm._model_generate
+
+        def capture(context, max_length, stop, _name=name, _original=original, **kw):  # noqa: ANN001, ANN202
+            out = _original(context, max_length, stop, **kw)
+            rows[_name] = out[0, context.shape[1]:].tolist()
+            return out
+
+        lm._model_generate = capture
+        request = Instance(request_type="generate_until", doc={"expected_calls": 1}, idx=0,
+                           arguments=(prompter.render(case), dict(gen)))
+        texts[name] = lm.generate_until([request])[0]
+    eot = hf.eot_token_id
+    full = rows["HFLM"]
+    assert eot in full and len(full) < gen["max_gen_toks"], full  # stopped at <|im_end|>, not at the limit
+    assert all(t in (eot, hf.tokenizer.pad_token_id) for t in full[full.index(eot):])
+    short = rows["ToolfidHFLM"]  # stops at the end of the call, never later than the end of turn
+    assert full[:len(short)] == short and len(short) <= full.index(eot) + 1
+    assert parse_calls(texts["HFLM"]).calls == parse_calls(texts["ToolfidHFLM"]).calls != []
+
+
+def test_auto_renders_qwens_own_template_with_the_tools(cli_runs: dict, prompter) -> None:
+    results, samples, stderr = cli_runs["base"]
+    prov = toolfid_meta(results, TASK)
+    assert (prov["prompt_style_requested"], prov["prompt_style"], prov["demos"]) == ("auto", "chat", 0)
+    assert "renders tools=" in prov["prompt_style_reason"] and "prompt_style auto -> chat" in stderr
+    assert prov["chat_system_prompt_inserted"] == QWEN_SYSTEM and prov["chat_end_of_turn"] == "<|im_end|>"
+    assert prov["expected_format"] == "hermes" and prov["prompt"] == prompter.settings.fingerprint()
+    for sample in samples:
+        prompt = sample["arguments"]["gen_args_0"]["arg_0"]
+        assert prompt.startswith(f"<|im_start|>system\n{QWEN_SYSTEM}\n\n# Tools") and "<tools>" in prompt
+        assert prompt.endswith("<|im_start|>assistant\n") and sample["doc"]["prompt"] in prompt
+    m = metrics(results, TASK)
+    assert m["json_valid_rate"] >= 2 / 3, samples  # measured: 3/3 (the issue's figure for chat: 0.917)
+    assert sum(prov["surface_counts"].values()) == len(CASE_IDS)
+    assert 0.0 <= prov["off_format_rate"] <= 1.0  # fenced / bare JSON instead of <tool_call> counts here
+
+
+def test_zero_lora_passes_with_the_changed_no_output_note(cli_runs: dict) -> None:
+    (_, base_samples, _), (results, samples, _) = cli_runs["base"], cli_runs["zero"]
+    assert {s["doc"]["id"]: s["resps"] for s in samples} == {s["doc"]["id"]: s["resps"] for s in base_samples}
+    verdict = toolfid_meta(results, TASK)["verdict"]
+    assert verdict["passed"] is True, verdict
+    assert any("changed no output" in note for note in verdict["notes"])
+    assert metrics(results, TASK)["identical_output_rate"] == 1.0
+
+
+def test_prose_lora_fails(cli_runs: dict) -> None:
+    results, samples, _ = cli_runs["prose"]
+    prov = toolfid_meta(results, TASK)
+    assert prov["verdict"]["passed"] is False, prov["verdict"]
+    assert metrics(results, TASK)["validity_delta"] < -0.5
+    assert prov["surface_counts"].get("none", 0) >= 2 and prov["pairing"].startswith("reference store")
+    records = [PairScore.model_validate(s["fidelity_pass"]) for s in samples]
+    assert all(r.base is not None and r.base.valid for r in records if not r.ft.valid)
+
+
+def test_toolfid_run_gives_the_same_verdicts_and_per_case_outcomes(qwen_coder: Path, adapters: dict,
+                                                                    cases_file: Path, cli_runs: dict,
+                                                                    tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    env = dict(os.environ, TOOLFID_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               TOKENIZERS_PARALLELISM="false")
+    cmd = [str(BIN / "toolfid"), "run", "--base", str(qwen_coder), "--cases", str(cases_file), "--output", str(out),
+           "--batch-size", str(len(CASE_IDS)), "--device", "cpu",
+           *(x for name, path in adapters.items() for x in ("--adapter", f"{name}={path}"))]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "prompt chat (auto)" in proc.stdout and "prompt_style auto -> chat: the chat template of" in proc.stdout
+    verdicts = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith(("zero", "prose"))}
+    assert " PASS " in verdicts["zero"] and " FAIL " in verdicts["prose"], proc.stdout
+    for name in adapters:
+        cli = {s["doc"]["id"]: PairScore.model_validate(s["fidelity_pass"]) for s in cli_runs[name][1]}
+        lines = (out / name / "samples.jsonl").read_text().splitlines()
+        ours = {s["doc"]["id"]: PairScore.model_validate(s["fidelity_pass"]) for s in map(json.loads, lines)}
+        assert ours == cli, name
+    text = format_text(breakdown(read_toolfid_run(out / "prose" / "results.json"),
+                                 [read_toolfid_run(out / "base" / "results.json")]))
+    assert "prompt chat (auto)" in text and "formats (base → adapter):" in text and "none 0→" in text
