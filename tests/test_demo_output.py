@@ -39,8 +39,8 @@ def test_demo_output_is_quiet_ordered_and_fits_the_terminal(tmp_path):
             if line.split()[:1] and line.split()[0] in ("faithful", "hallucinating", "broken")}
     assert " PASS " in rows["faithful"] and " FAIL " in rows["hallucinating"] and " FAIL " in rows["broken"]
     # the full reasons follow the table, one paragraph per adapter
-    assert "hallucinating: FAIL — validity_delta -0.167 < -0.050 (statistically clear" in proc.stdout.replace(
-        "\n    ", " ")
+    reasons = proc.stdout.replace("\n    ", " ")
+    assert "hallucinating: FAIL — validity_delta " in reasons and "hallucination_delta +1.000 > +0.100" in reasons
 
 
 @pytest.mark.slow

@@ -335,3 +335,23 @@ def test_a_scored_copy_replaces_its_source(tmp_path):
     assert len(runs) == 1 and runs[0].source.name == "results.scored.json" and len(notes) == 1
     assert runs[0].verdict_label == "FAIL" and runs[0].metrics["json_valid_z"] == -4.2
     assert runs[0].samples_path == src.with_name("samples.jsonl")
+
+
+def test_run_table_fits_narrow_terminals_and_keeps_full_reasons():
+    from lm_eval_toolfid.reporting.results import RunRow
+    from lm_eval_toolfid.reporting.results import format_table as run_table
+
+    metrics = {"json_valid_rate": 0.5, "base_json_valid_rate": 0.9, "validity_delta": -0.4, "validity_mcnemar_p": 0.0001,
+               "hallucination_rate": 0.25, "arg_disagreement": 0.3, "parse_rate": 0.6}
+    verdict = {"passed": False, "reason": "validity_delta -0.400 < -0.050 (statistically clear); hallucination 0.250 > 0.100",
+               "gates": [{"name": "validity_delta", "passed": False, "clear": True},
+                         {"name": "hallucination", "passed": False}]}
+    rows = [RunRow(label="a_rather_long_adapter_name", task="tool_use_fidelity", metrics=metrics,
+                   toolfid={"verdict": verdict})]
+    for width in (80, 100, 160):
+        text = run_table(rows, width=width)
+        table, reasons = text.split("\n\n", 1)
+        assert all(len(line) <= width for line in table.splitlines()), (width, table)
+        assert "z" not in table.splitlines()[0].split()  # no calibration: no column of dashes
+        assert "validity_delta -0.400 < -0.050" in reasons.replace("\n    ", " ")
+    assert "base" in run_table(rows, width=160).splitlines()[0]

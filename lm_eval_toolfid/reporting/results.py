@@ -143,7 +143,17 @@ def format_table(rows: list[RunRow], base_valid: float | None = None, width: int
             _fmt(m("arg_disagreement")), _fmt(m("parse_rate")), _fmt(m("json_valid_z"), "+.1f"),
             verdict_label(r), short_reason(r),
         ])
+    empty = [i for i in range(1, len(head) - 2) if lines and all(line[i] == "—" for line in lines)]
+    if empty:  # e.g. z without a calibration: a column of dashes says nothing and costs width
+        head = [h for i, h in enumerate(head) if i not in empty]
+        lines = [[c for i, c in enumerate(line) if i not in empty] for line in lines]
     widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
+    for optional in ("base", "parse", "p(McNemar)", "arg-diff"):  # a narrow terminal: the full reasons below keep them
+        if width - sum(widths[:-1]) - 2 * (len(head) - 1) - 1 >= 12 or optional not in head:
+            continue
+        i = head.index(optional)
+        head, widths = head[:i] + head[i + 1:], widths[:i] + widths[i + 1:]
+        lines = [line[:i] + line[i + 1:] for line in lines]
     room = max(12, width - sum(widths[:-1]) - 2 * (len(head) - 1) - 1)
     if widths[-1] > room:
         widths[-1] = room
