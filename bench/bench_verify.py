@@ -8,7 +8,7 @@ see the same machine. Adapters:
 - ``zero``: a fresh LoRA (B = 0): its outputs are the base's, token for token;
 - ``trained``: a LoRA trained for a few CPU steps (changes some answers) — on the fixture, its
   ``faithful`` adapter;
-- ``broken``: large random LoRA weights (wrong from the first token) — on the fixture, ``broken``.
+- ``broken``: a LoRA trained to answer in prose (wrong from the first token) — on the fixture, ``broken``.
 
 Prints per view: wall and CPU seconds, the ratio to the base view, verified ÷ unverified, tokens
 accepted / decoded, near ties, and how many cases' generations differ between the two modes
@@ -49,8 +49,16 @@ class Clock:
         self.cpu = time.process_time() - self._c
 
 
+PROSE = ("The river bends slowly past the old mill, where swallows nest under the eaves every spring.",
+         "She poured the tea, watched the steam curl, and said nothing for a long while.",
+         "In winter the harbour freezes at the edges and the fishing boats stay tied up for weeks.",
+         "A good loaf needs time: flour, water, salt, and a patient night in a cool kitchen.")
+
+
 def lora_like(base: str, target: Path, kind: str, prompts: list[str] | None = None) -> Path:
-    """A PEFT LoRA folder: ``zero`` (B = 0), ``broken`` (large random weights) or ``trained``."""
+    """A PEFT LoRA folder (r=8 on q/v), cached: ``zero`` (B = 0); ``trained`` (three steps on answers
+    that call another tool, the update scaled to a quarter: changes some answers); ``prose`` (eight
+    steps on prose answers: wrong from the first token)."""
     if (target / "adapter_model.safetensors").is_file():
         return target
     import torch
@@ -60,23 +68,27 @@ def lora_like(base: str, target: Path, kind: str, prompts: list[str] | None = No
     torch.manual_seed(0)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
                            LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
-    if kind == "broken":
-        for name, param in model.named_parameters():
-            if "lora_" in name:
-                param.data.normal_(0.0, 0.5)
-    elif kind == "trained":
+    if kind != "zero":
         tok = AutoTokenizer.from_pretrained(base)
         tok.padding_side = "right"
-        texts = [p + '<tool_call>\n{"name": "lookup_record", "arguments": {"query": "everything"}}\n</tool_call>'
-                 for p in prompts or []]
+        if kind == "trained":
+            answers = ['<tool_call>\n{"name": "lookup_record", "arguments": {"query": "everything"}}\n</tool_call>'] * 4
+            steps, lr, scale = 3, 1e-3, 0.25
+        else:
+            answers, steps, lr, scale = list(PROSE), 8, 2e-3, 1.0
+        texts = [p + a + tok.eos_token for p, a in zip(prompts or [], answers)]
         batch = tok(texts, return_tensors="pt", padding=True)
         labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-        optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+        optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
         model.train()
-        for _ in range(3):
+        for _ in range(steps):
             model(**batch, labels=labels).loss.backward()
             optim.step()
             optim.zero_grad()
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.mul_(scale)
     model.save_pretrained(target)
     return target
 
@@ -142,8 +154,8 @@ def main() -> None:
         train = [Prompter("chat", demos=0, model_args={"pretrained": base}, cases=others).render(c) for c in others]
         name = Path(base).name
         adapters = {"zero": str(lora_like(base, cache / f"{name}-zero", "zero")),
-                    "trained": str(lora_like(base, cache / f"{name}-trained", "trained", train)),
-                    "broken": str(lora_like(base, cache / f"{name}-broken", "broken"))}
+                    "trained": str(lora_like(base, cache / f"{name}-trained-quarter", "trained", train)),
+                    "broken": str(lora_like(base, cache / f"{name}-prose", "prose", train))}
         label = f"{name} ({args.cases} default cases, chat template)"
 
     # "default" is the trained adapter: calibration swaps null weights of its shape into it

@@ -90,7 +90,7 @@ def run_engine(model: Any, rows_spec: list[tuple[list[int], Any]], batch: int | 
     results, used, _ = halve_on_oom(lambda b, pt: GreedyEngine(model, pad_id, EngineConfig(max_batch=b, prefill_tokens=pt))
                                     .run(rows()), size, device)
     sync(device)
-    return time.perf_counter() - t0, sum(len(r.tokens) for r in results), used
+    return time.perf_counter() - t0, sum(len(r.tokens) for r in results), min(used, len(rows_spec))
 
 
 def run_generate(model: Any, rows_spec: list[tuple[list[int], Any]], batch: int, pad_id: int, stop: Any,

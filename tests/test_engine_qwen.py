@@ -6,7 +6,7 @@ cores). Token for token, per case:
 - the engine's plain path against transformers' ``generate`` (today's path) on the base;
 - verified against plain decoding for three LoRAs: B = 0 (a no-op: every base token accepted), one
   trained for a few CPU steps (changes some answers: both accepted and decoded tokens), and a broken
-  one (large random weights: diverges at once).
+  one (trained to answer in prose: diverges at once).
 
 Parallel (verification) and step-by-step (decoding) passes round differently; that can flip an
 argmax only where the top two logits nearly tie. A difference is therefore allowed only at a near
@@ -30,30 +30,48 @@ MAX_NEW = 40
 SEED = 0
 
 
-def _trained_lora(base: Path, prompts: list[str], tok: Any) -> Path:
-    """A LoRA trained for a few CPU steps on answers that rename things (cached by seed)."""
+PROSE = ("The river bends slowly past the old mill, where swallows nest under the eaves every spring.",
+         "She poured the tea, watched the steam curl, and said nothing for a long while.",
+         "In winter the harbour freezes at the edges and the fishing boats stay tied up for weeks.",
+         "A good loaf needs time: flour, water, salt, and a patient night in a cool kitchen.")
+
+
+def _trained_lora(base: Path, prompts: list[str], tok: Any, kind: str) -> Path:
+    """A LoRA trained for a few CPU steps on other cases' prompts (cached by kind and seed):
+
+    - ``trained``: answers that call another tool, three steps, the update then scaled to a quarter
+      (it changes some answers, not all);
+    - ``prose``: answers in prose, eight steps (it breaks every answer from the first token)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     from lm_eval_toolfid.core.fsutil import toolfid_home
 
-    target = toolfid_home() / "test-adapters" / f"qwen-trained-seed{SEED}"
+    target = toolfid_home() / "test-adapters" / f"qwen-{kind}-seed{SEED}-v2"
     if (target / "adapter_model.safetensors").is_file():
         return target
     torch.manual_seed(SEED)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
                            LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
-    texts = [p + '<tool_call>\n{"name": "lookup_record", "arguments": {"query": "everything"}}\n</tool_call>'
-             for p in prompts]
-    batch = tok(texts, return_tensors="pt", padding=True)
+    if kind == "trained":
+        answers = ['<tool_call>\n{"name": "lookup_record", "arguments": {"query": "everything"}}\n</tool_call>'] * 4
+        steps, lr, scale = 3, 1e-3, 0.25
+    else:
+        answers, steps, lr, scale = list(PROSE), 8, 2e-3, 1.0
+    tok.padding_side = "right"
+    batch = tok([p + a + tok.eos_token for p, a in zip(prompts, answers)], return_tensors="pt", padding=True)
     labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     model.train()
-    for _ in range(3):
+    for _ in range(steps):
         model(**batch, labels=labels).loss.backward()
         optim.step()
         optim.zero_grad()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.mul_(scale)
     model.save_pretrained(target)
     return target
 
@@ -75,16 +93,14 @@ def qwen() -> dict[str, Any]:
     prompts = sorted((prompter.render(c) for c in cases), key=len)
     other = prompts[N_CASES:N_CASES + 4]  # the LoRA trains on other cases than the ones checked
     prompts = prompts[:N_CASES]
-    trained = _trained_lora(path, other, tok)
+    trained = _trained_lora(path, other, tok, "trained")
+    prose = _trained_lora(path, other, tok, "prose")
+    tok.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(path)
     config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     model = get_peft_model(model, config, adapter_name="zero")  # init_lora_weights=True: B = 0
-    model.add_adapter("broken", config)
-    torch.manual_seed(SEED)
-    for name, param in model.named_parameters():
-        if ".broken." in name:
-            param.data.normal_(0.0, 0.5)
     model.load_adapter(str(trained), adapter_name="trained")
+    model.load_adapter(str(prose), adapter_name="broken")
     model.eval()
     assert isinstance(model, PeftModel)
     return {"model": model, "tok": tok, "prompts": prompts}
@@ -169,5 +185,5 @@ def test_verified_equals_plain_on_qwen(qwen: dict[str, Any], base_rows: list[Any
     elif view == "trained":  # some answers change: both paths used
         assert accepted > 0 and decoded > 0, (accepted, decoded)
         assert [r.tokens for r in plain] != drafts
-    else:  # broken: wrong from (nearly) the first token
-        assert accepted <= N_CASES and decoded > total / 2
+    else:  # broken: prose from the first token, every token decoded
+        assert accepted == 0 and decoded == total - N_CASES  # all but the first tokens (prompt pass)

@@ -5,12 +5,13 @@ tokens the base generated for the same prompt). Every token the engine emits is 
 argmax; a draft only decides how many of them are computed in one parallel forward pass:
 
 - **plain** (no draft): the prompt is processed in one forward pass, then one token per decode step;
-- **verified** (a draft): prompt + draft go through one forward pass (a first chunk of
-  ``first_chunk`` draft tokens, then the rest if all of those were accepted, so a draft that is
-  wrong from its first token costs little); the draft token at position *j* is accepted while the
-  model's argmax there equals it and the row's stop rules have not ended it; at the first
-  difference the argmax is the row's next token and the row continues by decode steps from the
-  cache of the accepted prefix. A row whose whole answer is accepted up to its stop never decodes.
+- **verified** (a draft): the prompt pass is the same (so the first token is always plain decoding's:
+  an adapter that departs from the base at once costs nothing extra); if the first token equals the
+  draft's, the draft goes through the model in chunks (``first_chunk`` tokens, then the rest, a pass
+  each), appended to the prompt's cache; draft token *j* is accepted while the model's argmax before
+  it equals it and the row's stop rules have not ended it; at the first difference the argmax is the
+  row's next token and the row continues by decode steps from the cache of the accepted prefix. A
+  row whose whole answer is accepted up to its stop never decodes.
 
 Scheduling (what "batched" means here): rows are taken longest first; prompts (and drafts) are
 processed in forward passes of at most ``prefill_tokens`` padded tokens, rows of similar length
@@ -20,11 +21,14 @@ rows are admitted in its place (continuous batching). The lm_head runs only wher
 read (``logits_to_keep``). The KV cache lives in preallocated buffers (:class:`SlotCache`), so a
 decode step appends in place instead of copying the cache.
 
-Numerics: a verified token is read from a parallel pass, a decoded one from a single-token step;
-the two differ by floating-point rounding, which can flip an argmax only where the top two logits
-nearly tie. Every token read from a verification pass records its top-two gap; gaps below
-``near_tie`` are counted per row (:attr:`RowResult.near_ties`) and reported, never hidden. Tests
-compare verified against plain decoding, and plain decoding against ``generate``, token for token.
+Numerics: a verified token is read from a parallel pass over the draft, a decoded one from a
+single-token step; the two differ by floating-point rounding, which can flip an argmax only where
+the top two logits nearly tie. Every verified token records its top-two gap; gaps below
+``near_tie`` are counted per row (:attr:`RowResult.near_ties`) and reported, never hidden. (A model
+whose weights amplify rounding — e.g. a LoRA of large random weights — has no reproducible greedy
+output at all: ``generate`` itself changes its answer with the batch's shape. Its first token is
+still the plain path's; see docs/performance.md.) Tests compare verified against plain decoding,
+and plain decoding against ``generate``, token for token.
 """
 
 from __future__ import annotations
@@ -67,7 +71,8 @@ class RowResult:
     accepted: int = 0
     """Draft tokens accepted by verification (a prefix of the draft)."""
     verified: int = 0
-    """Tokens read from a verification pass (rows with a draft): the accepted ones and the token after them."""
+    """Tokens read from a draft pass: the accepted ones after the first, and the token after them (the
+    first token always comes from the prompt pass, as in plain decoding)."""
     near_ties: int = 0
     """Verified tokens whose top-two logit gap was below the engine's ``near_tie``."""
     gaps: list[float] = field(default_factory=list)
@@ -75,8 +80,24 @@ class RowResult:
 
     @property
     def decoded(self) -> int:
-        """Tokens computed by decode steps (not read from a verification pass)."""
-        return len(self.tokens) - self.verified
+        """Tokens computed by decode steps (the first token comes from the prompt pass; verified ones
+        from draft passes)."""
+        return max(0, len(self.tokens) - 1 - self.verified)
+
+
+@dataclass
+class EngineStats:
+    """What one engine run computed (benchmarks compare it with the hardware's limits)."""
+
+    forward_passes: int = 0
+    prompt_tokens: int = 0
+    """Tokens of prompt (+ draft) passes, padding excluded."""
+    padded_tokens: int = 0
+    """Tokens of prompt (+ draft) passes, padding included."""
+    logit_rows: int = 0
+    """Positions the lm_head ran on."""
+    step_rows: list[int] = field(default_factory=list)
+    """Rows in each decode step."""
 
 
 @dataclass(frozen=True)
@@ -203,8 +224,7 @@ class GreedyEngine:
         self.n_layers = int(getattr(text_config, "num_hidden_layers"))
         self.vocab = int(getattr(text_config, "vocab_size", 0) or 0) or 32000
         self.SlotLayer, self.SlotCache = _cache_classes()
-        self.forward_passes = 0
-        self.decode_steps = 0
+        self.stats = EngineStats()
 
     # -- public ------------------------------------------------------------------------------
 
@@ -236,9 +256,17 @@ class GreedyEngine:
 
     # -- helpers used by _Batch ----------------------------------------------------------------
 
-    def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any, keep: int) -> Any:
+    def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any, keep: int,
+                step: bool = False) -> Any:
         """Logits of the last ``keep`` positions, [batch, keep, vocab] (float32)."""
-        self.forward_passes += 1
+        stats = self.stats
+        stats.forward_passes += 1
+        if step:
+            stats.step_rows.append(int(input_ids.shape[0]))
+        else:
+            stats.prompt_tokens += int(attention_mask[:, -input_ids.shape[1]:].sum())
+            stats.padded_tokens += int(input_ids.numel())
+        stats.logit_rows += int(input_ids.shape[0]) * keep
         kwargs: dict[str, Any] = {"logits_to_keep": keep} if self.keep_logits else {}
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          past_key_values=cache, use_cache=True, **kwargs)
@@ -247,12 +275,13 @@ class GreedyEngine:
             logits = logits[:, -keep:]
         return logits.float()
 
-    def pick(self, logits: Any) -> tuple[list[list[int]], list[list[float]]]:
-        """Argmax and top-two gap of every position: ([rows][positions], same)."""
-        top = self.torch.topk(logits, 2, dim=-1)
+    def pick(self, logits: Any, with_gaps: bool = True) -> tuple[list[list[int]], list[list[float]]]:
+        """Argmax and (``with_gaps``) top-two gap of every position: ([rows][positions], same)."""
         best = logits.argmax(dim=-1)  # the same tie-breaking as generate's greedy argmax
-        gaps = top.values[..., 0] - top.values[..., 1]
-        return best.tolist(), gaps.tolist()
+        if not with_gaps:
+            return best.tolist(), []
+        top = self.torch.topk(logits, 2, dim=-1)
+        return best.tolist(), (top.values[..., 0] - top.values[..., 1]).tolist()
 
 
 class _Batch:
@@ -283,7 +312,7 @@ class _Batch:
         group: list[tuple[int, Row]] = []
         longest = 0
         for item in rows:  # already longest first
-            length = len(item[1].prompt) + min(len(item[1].draft), self.e.config.first_chunk)
+            length = len(item[1].prompt)
             if group and max(longest, length) * (len(group) + 1) > budget:
                 yield group
                 group, longest = [], 0
@@ -293,39 +322,38 @@ class _Batch:
             yield group
 
     def _prefill(self, group: list[tuple[int, Row]], finished: list[_Live]) -> list[tuple[_Live, Any, int, int]]:
-        """Prompt (+ first draft chunk) pass over a group, then further draft chunks for the rows that
-        accepted every draft token so far. Returns the rows that go on decoding, with where their
-        cache is: (row, layers, row in those layers, first column)."""
+        """The group's prompts in one pass — exactly the plain path's prompt pass, so every row's first
+        token is plain decoding's —, then its drafts a chunk at a time for the rows whose tokens have all
+        matched so far. Returns the rows that go on decoding, with where their cache is: (row, layers,
+        row in those layers, first column)."""
         torch, e = self.torch, self.e
-        first = e.config.first_chunk
-        seqs = [list(row.prompt) + list(row.draft[:first]) for _, row in group]
-        L = max(len(s) for s in seqs)
+        L = max(len(row.prompt) for _, row in group)
         ids = torch.full((len(group), L), e.pad_id, dtype=torch.long)
         mask = torch.zeros((len(group), L), dtype=torch.long)
-        for r, s in enumerate(seqs):
-            ids[r, L - len(s):] = torch.tensor(s, dtype=torch.long)
-            mask[r, L - len(s):] = 1
+        for r, (_, row) in enumerate(group):
+            ids[r, L - len(row.prompt):] = torch.tensor(list(row.prompt), dtype=torch.long)
+            mask[r, L - len(row.prompt):] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        fed = [len(s) - len(row.prompt) for s, (_, row) in zip(seqs, group)]  # draft tokens in the cache
-        keep = max(fed) + 1
-        more_draft = max(len(row.draft) - f for f, (_, row) in zip(fed, group))
-        cache = e.SlotCache([e.SlotLayer(L + (min(more_draft, self._chunk(1)) if more_draft else 0))
-                             for _ in range(e.n_layers)])
-        logits = e.forward(ids.to(e.device), mask.to(e.device), positions.to(e.device), cache, keep)
-        best, gaps = e.pick(logits)
+        fed = [0] * len(group)  # draft tokens in the cache
+        longest_draft = max(len(row.draft) for _, row in group)
+        cache = e.SlotCache([e.SlotLayer(L + min(longest_draft, e.config.first_chunk)) for _ in range(e.n_layers)])
+        logits = e.forward(ids.to(e.device), mask.to(e.device), positions.to(e.device), cache, 1)
+        best, gaps = e.pick(logits, with_gaps=e.config.record_gaps)
         del logits
         lives = [_Live(index=i, result=RowResult(draft_len=len(row.draft)), max_new=row.max_new) for i, row in group]
-        starts = [L - len(s) for s in seqs]
+        starts = [L - len(row.prompt) for _, row in group]
         out: list[tuple[_Live, Any, int, int]] = []
         layers, members, again = cache.layers, list(range(len(group))), []
         for r, (live, (_, row)) in enumerate(zip(lives, group)):
-            self._settle(live, row, list(zip(best[r][keep - fed[r] - 1:], gaps[r][keep - fed[r] - 1:])),
-                         finished, again, out, (layers, r, starts[r]), r)
+            self._settle(live, row, [(best[r][0], gaps[r][0] if gaps else 0.0)], finished, again, out,
+                         (layers, r, starts[r]), r, verified=False)
+        chunk = e.config.first_chunk
         while again:  # the rest of the drafts, a chunk at a time, for rows that accepted all so far
             sel = [members.index(r) for r in again]
             layers, mask = self._select(layers, mask, sel)
             members, todo, again = again, again, []
-            C = min(max(len(group[r][1].draft) - fed[r] for r in todo), self._chunk(len(todo)))
+            C = min(max(len(group[r][1].draft) - fed[r] for r in todo), chunk)
+            chunk = self._chunk(len(todo))  # the first chunk probes; the next ones take the rest
             T = mask.shape[1]
             ids = torch.full((len(todo), C), e.pad_id, dtype=torch.long)
             cmask = torch.zeros((len(todo), C), dtype=torch.long)
@@ -346,7 +374,7 @@ class _Batch:
                 n = int(cmask[j].sum())
                 fed[r] += n
                 self._settle(lives[r], group[r][1], list(zip(best[j][:n], gaps[j][:n])), finished, again, out,
-                             (layers, j, starts[r]), r)
+                             (layers, j, starts[r]), r, verified=True)
         return out
 
     def _chunk(self, rows: int) -> int:
@@ -362,8 +390,9 @@ class _Batch:
                 mask.index_select(0, self.torch.tensor(sel, dtype=self.torch.long)))
 
     def _settle(self, live: _Live, row: Row, preds: list[tuple[int, float]], finished: list[_Live],
-                again: list[int], out: list[tuple[_Live, Any, int, int]], where: tuple[Any, int, int], r: int) -> None:
-        state = self._verify(live, row, preds)
+                again: list[int], out: list[tuple[_Live, Any, int, int]], where: tuple[Any, int, int], r: int,
+                verified: bool) -> None:
+        state = self._verify(live, row, preds, verified)
         if state == "done":
             finished.append(live)
         elif state == "more":
@@ -372,8 +401,9 @@ class _Batch:
             live.length = len(row.prompt) + live.result.accepted
             out.append((live, *where))
 
-    def _verify(self, live: _Live, row: Row, preds: list[tuple[int, float]]) -> str:
-        """Walk the predictions for the row's next generated positions (from ``len(tokens)`` on).
+    def _verify(self, live: _Live, row: Row, preds: list[tuple[int, float]], verified: bool) -> str:
+        """Walk the predictions for the row's next generated positions (from ``len(tokens)`` on);
+        ``verified``: they come from a draft pass (else from the prompt pass, as in plain decoding).
 
         Returns ``done`` (the row stopped), ``more`` (every draft token so far accepted and the draft
         goes on beyond this pass) or ``decode`` (the row continues by decode steps from ``pending``)."""
@@ -385,7 +415,7 @@ class _Batch:
             res.tokens.append(token)
             if record:
                 res.gaps.append(gap)
-            if draft:  # read from a verification pass (without a draft: the prompt pass, as generate does)
+            if verified:  # read from a draft pass, not computed the way plain decoding computes it
                 res.verified += 1
                 if gap < tol:
                     res.near_ties += 1
@@ -437,18 +467,18 @@ class _Batch:
     def step(self, rows: Sequence[Row]) -> list[_Live]:
         """One decode step for every live row; rows that stop leave the batch."""
         torch, e = self.torch, self.e
-        e.decode_steps += 1
         T = self.T
         ids = torch.tensor([[live.pending] for live in self.rows], dtype=torch.long)
         positions = torch.tensor([[len(rows[live.index].prompt) + len(live.result.tokens) - 1]
                                   for live in self.rows], dtype=torch.long)
         self.mask[:, T] = 1
         cache = e.SlotCache(self.layers)
-        logits = e.forward(ids.to(e.device), self.mask[:, :T + 1].to(e.device), positions.to(e.device), cache, 1)
+        logits = e.forward(ids.to(e.device), self.mask[:, :T + 1].to(e.device), positions.to(e.device), cache, 1,
+                           step=True)
         self.T = T + 1
-        best, gaps = e.pick(logits)
-        finished, keep = [], []
         record = e.config.record_gaps
+        best, gaps = e.pick(logits, with_gaps=record)
+        finished, keep = [], []
         for b, live in enumerate(self.rows):
             token = best[b][0]
             res, row = live.result, rows[live.index]

@@ -8,10 +8,10 @@ them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.ge
 - ``verify`` and ``rows_verified``: whether the view checked the base's answers, and for how many
   cases it had one (``draft_sources``: ``session`` = the base view of the same process, exact token
   ids; ``reference`` = the stored base reference's text, re-tokenized);
-- ``tokens``, ``tokens_accepted`` (draft tokens the adapter's argmax confirmed),
-  ``tokens_verified`` (read from a verification pass: the accepted ones and the token after them),
-  ``tokens_decoded`` (computed by decode steps); ``rows_answered_by_verification``: cases that
-  needed no decode step at all;
+- ``tokens`` = one first token per case (read from its prompt pass, in every mode) +
+  ``tokens_verified`` (read from passes over the draft: the accepted ones and the token after them)
+  + ``tokens_decoded`` (one decode step each); ``tokens_accepted``: draft tokens the adapter's own
+  argmax confirmed; ``rows_answered_by_verification``: cases that needed no decode step at all;
 - ``near_tie_tokens`` / ``near_tie_cases``: verified tokens whose top-two logit gap was below
   ``near_tie_tolerance`` (where parallel and step-by-step rounding could pick differently);
 - ``decode_batch`` and ``oom_halvings``: the batch that ran, and how often it was halved for memory.

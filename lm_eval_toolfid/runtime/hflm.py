@@ -111,6 +111,9 @@ class ToolfidHFLM(HFLM):
     """HFLM whose tool_use_fidelity requests go through toolfid's greedy engine (plain or verified)."""
 
     stop_at_call_end: bool = True
+    use_engine: bool = True
+    """False: transformers' generate in lm-eval's batches, with the per-row stop at the end of the call
+    (the path before the engine; benchmarks compare the two)."""
     record_drafts: bool = False
     """While on, each generated row's tokens are stored in :attr:`drafts` (the base view of a session)."""
 
@@ -142,7 +145,7 @@ class ToolfidHFLM(HFLM):
             self._plans[context] = plan
         self._row_info = {}
         self._stop_now = self.stop_at_call_end and bool(requests) and all(single_call(r) for r in requests)
-        whole_view = bool(requests) and len(ours) == len(requests)
+        whole_view = self.use_engine and bool(requests) and len(ours) == len(requests)
         saved = self.batch_size_per_gpu
         if whole_view:  # every request to the engine at once: it batches and schedules them itself
             self._engine_batch = saved
@@ -169,7 +172,7 @@ class ToolfidHFLM(HFLM):
     def _model_generate(self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any) -> Any:
         strings = self._batch_strings
         plans = [self._plans.get(s) for s in strings] if strings and len(strings) == context.shape[0] else []
-        if plans and all(p is not None for p in plans):
+        if self.use_engine and plans and all(p is not None for p in plans):
             why_not = engine_blocker(self.model, generation_kwargs)
             if why_not is None:
                 try:
@@ -245,10 +248,12 @@ class ToolfidHFLM(HFLM):
         def run(max_batch: int, prefill_tokens: int) -> list[Any]:
             engine = GreedyEngine(self.model, pad_id, EngineConfig(max_batch=max_batch, prefill_tokens=prefill_tokens),
                                   autocast=autocast)
+            self._last_engine = engine
             return engine.run(make_rows(), on_done=on_done)
 
         results, used, halvings = halve_on_oom(run, batch, device=self.device)
         self.oom_halvings += halvings
+        self.engine_stats = self._last_engine.stats
         out = torch.full((context.shape[0], context.shape[1] + max_new), pad_id, dtype=context.dtype)
         out[:, :context.shape[1]] = context.cpu()
         for i, (s, res, plan, source) in enumerate(zip(strings, results, plans, sources)):
