@@ -159,7 +159,13 @@ def main() -> None:
         label = f"{name} ({args.cases} default cases, chat template)"
 
     # "default" is the trained adapter: calibration swaps null weights of its shape into it
-    session = ModelSession(base, adapters["trained"], batch_size=batch, device="cpu", verbose=False)
+    import logging
+
+    from lm_eval_toolfid.reporting.progress import Progress
+
+    logging.getLogger("lm_eval.toolfid").disabled = True  # verdict lines are not this benchmark's output
+    quiet = Progress(["views"], enabled=False)
+    session = ModelSession(base, adapters["trained"], batch_size=batch, device="cpu", progress=quiet, verbose=False)
     for name in ("zero", "broken"):
         session.add_adapter(name, adapters[name])
     with Clock() as base_clock:

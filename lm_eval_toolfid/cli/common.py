@@ -79,7 +79,7 @@ def add_task_settings(p: argparse.ArgumentParser) -> None:
 def add_model_options(p: argparse.ArgumentParser, batch_default: int | str | None = "auto") -> None:
     p.add_argument("--batch-size", default=batch_default, type=batch_size,
                    help="rows generated at once, or 'auto': sized from free memory and the model (on CPU at "
-                        "most 32); out of memory, a view halves it and says so (default: auto)")
+                        "most 64); out of memory, a view halves it and says so (default: auto)")
     p.add_argument("--no-verify", dest="no_verify", action="store_const", const=True, default=None,
                    help="decode every adapter view token by token instead of verifying the base's answers in one "
                         "forward pass (same outputs; metadata key verify: false)")

@@ -106,6 +106,8 @@ class EngineConfig:
     """Rows decoding at once."""
     prefill_tokens: int = 4096
     """Padded tokens per prompt/verification forward pass (a row longer than this goes alone)."""
+    max_padding: float = 0.1
+    """Share of a prompt pass's tokens that may be padding (rows of unlike length go to other passes)."""
     first_chunk: int = 16
     """Draft tokens verified in the first pass; the rest follow only if all of those are accepted."""
     near_tie: float = NEAR_TIE
@@ -308,16 +310,20 @@ class _Batch:
         return finished
 
     def _groups(self, rows: list[tuple[int, Row]]) -> Iterator[list[tuple[int, Row]]]:
-        budget = self.e.config.prefill_tokens
+        """Consecutive rows (longest first) per prompt pass: at most ``prefill_tokens`` padded tokens,
+        and at most ``max_padding`` of them padding."""
+        budget, share = self.e.config.prefill_tokens, self.e.config.max_padding
         group: list[tuple[int, Row]] = []
-        longest = 0
+        longest = real = 0
         for item in rows:  # already longest first
             length = len(item[1].prompt)
-            if group and max(longest, length) * (len(group) + 1) > budget:
+            top = max(longest, length)
+            padded = top * (len(group) + 1)
+            if group and (padded > budget or padded - real - length > share * padded):
                 yield group
-                group, longest = [], 0
+                group, longest, real, top = [], 0, 0, length
             group.append(item)
-            longest = max(longest, length)
+            longest, real = top, real + length
         if group:
             yield group
 
