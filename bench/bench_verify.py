@@ -133,6 +133,7 @@ def main() -> None:
     from lm_eval_toolfid.runtime.views import evaluate_base
 
     cache = toolfid_home() / "bench-adapters"
+    real_model = str(models_dir() / QWEN) if args.model == "qwen" else args.model
     tmp = Path(tempfile.mkdtemp(prefix="bench-verify-"))
     os.environ["TOOLFID_HOME"] = str(tmp / "home")
     batch = int(args.batch_size) if args.batch_size.isdigit() else args.batch_size
@@ -144,7 +145,7 @@ def main() -> None:
                     "trained": str(fx["adapters"]["faithful"]), "broken": str(fx["adapters"]["broken"])}
         label = "fixture model (48 cases)"
     else:
-        base = str(models_dir() / QWEN) if args.model == "qwen" else args.model
+        base = real_model
         task = "tool_use_fidelity_chat"
         meta = {"cases": str(subset_file(args.cases, tmp / "cases.jsonl"))}
         from lm_eval_toolfid.cases.load import load_cases

@@ -244,3 +244,36 @@ def test_two_run_lm_eval_flow_verifies_from_the_stored_reference(tmp_path: Path)
     assert verified["results"] == plain["results"]
     meta = verified["configs"]["tool_use_fidelity_fixture"]["metadata"]["toolfid"]
     assert meta["pairing"].startswith("reference store")
+
+
+def test_settings_the_engine_does_not_apply_go_through_generate(toolfid_home: Path) -> None:
+    """A generation config with a logits processor (HF applies repetition_penalty to greedy decoding
+    too): the view goes through transformers' generate in lm-eval's batches, says so in its record,
+    and answers exactly as lm-eval's own HFLM does."""
+    import lm_eval.evaluator
+    import torch
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    from lm_eval_toolfid.cases.bundled import fixture_paths, tasks_path
+    from lm_eval_toolfid.formats.call_end import truncate_call
+    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+
+    torch.set_num_threads(1)
+    lm_eval.evaluator.get_git_commit_hash = lambda: None
+    base, task = fixture_paths()["base"], "tool_use_fidelity_fixture"
+
+    def view(lm: Any) -> tuple[dict, dict[str, str]]:
+        lm.model.generation_config.repetition_penalty = 1.3
+        manager = TaskManager(include_path=str(tasks_path()), include_defaults=False,
+                              metadata={"pretrained": base, "write_reference": False})
+        out = simple_evaluate(model=lm, model_args={"pretrained": base}, tasks=[task], task_manager=manager,
+                              log_samples=True, bootstrap_iters=0, limit=16)
+        return out, {s["doc"]["id"]: s["resps"][0][0] for s in out["samples"][task]}
+
+    ours, got = view(ToolfidHFLM(pretrained=base, batch_size=8, device="cpu"))
+    _, want = view(HFLM(pretrained=base, batch_size=8, device="cpu"))
+    assert {k: truncate_call(v) for k, v in got.items()} == {k: truncate_call(v) for k, v in want.items()}
+    record = _generation_record(ours)
+    assert record["engine"] == "generate" and "repetition_penalty" in record["generate_reason"]

@@ -145,7 +145,8 @@ class ToolfidHFLM(HFLM):
             self._plans[context] = plan
         self._row_info = {}
         self._stop_now = self.stop_at_call_end and bool(requests) and all(single_call(r) for r in requests)
-        whole_view = self.use_engine and bool(requests) and len(ours) == len(requests)
+        whole_view = (self.use_engine and bool(requests) and len(ours) == len(requests)
+                      and self._engine_fits(requests) is None)
         saved = self.batch_size_per_gpu
         if whole_view:  # every request to the engine at once: it batches and schedules them itself
             self._engine_batch = saved
@@ -162,6 +163,23 @@ class ToolfidHFLM(HFLM):
                 info = self._row_info.get(r.args[0])
                 if info is not None:
                     r.toolfid_generation = info
+
+    def _engine_fits(self, requests: list[Any]) -> str | None:
+        """Why these requests will not go to the engine (None: they will), decided before batching."""
+        if not hasattr(self, "_engine_unsupported"):
+            try:
+                GreedyEngine(self.model, 0)
+                self._engine_unsupported: str | None = None
+            except EngineUnsupported as exc:
+                self._engine_unsupported = str(exc)
+        if self._engine_unsupported:
+            return self._engine_unsupported
+        for r in requests:
+            kwargs = r.args[1] if len(r.args) > 1 and isinstance(r.args[1], dict) else {}
+            why = engine_blocker(self.model, {k: v for k, v in kwargs.items() if k not in ("until", "max_gen_toks")})
+            if why:
+                return why
+        return None
 
     def tok_batch_encode(self, strings: list[str], *args: Any, **kwargs: Any) -> Any:
         self._batch_strings = list(strings)  # _model_generate's rows, in order
@@ -181,9 +199,30 @@ class ToolfidHFLM(HFLM):
                 except EngineUnsupported as exc:
                     why_not = str(exc)
             self._note_fallback(strings, why_not)  # type: ignore[arg-type]
-        if not self._stop_now:
-            return super()._model_generate(context, max_length, stop, **generation_kwargs)
-        return self._generate_with_call_end(context, max_length, stop, **generation_kwargs)
+        return self._generate_in_batches(context, max_length, stop, **generation_kwargs)
+
+    def _generate_in_batches(self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any) -> Any:
+        """transformers' generate, in chunks of the batch size when lm-eval handed over the whole view."""
+        import torch
+
+        def one(ctx: Any, **kw: Any) -> Any:
+            if not self._stop_now:
+                return super(ToolfidHFLM, self)._model_generate(ctx, max_length, stop, **kw)
+            return self._generate_with_call_end(ctx, max_length, stop, **kw)
+
+        size = self._engine_batch
+        if size is None or (isinstance(size, int) and size >= context.shape[0]):
+            return one(context, **generation_kwargs)
+        if not isinstance(size, int):
+            size = auto_batch_size(self.model, self.device, [max_length] * context.shape[0])
+        mask = generation_kwargs.pop("attention_mask", None)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        out = torch.full((context.shape[0], max_length), pad, dtype=context.dtype, device=context.device)
+        for i in range(0, context.shape[0], size):
+            kw = dict(generation_kwargs, **({"attention_mask": mask[i:i + size]} if mask is not None else {}))
+            chunk = one(context[i:i + size], **kw)
+            out[i:i + size, :chunk.shape[1]] = chunk
+        return out
 
     def _note_fallback(self, strings: list[str], why: str) -> None:
         if not getattr(self, "_warned_fallback", False):
