@@ -300,11 +300,15 @@ class _Batch:
     # -- admission: prompt (+ draft) forward passes --------------------------------------------
 
     def admit(self, rows: list[tuple[int, Row]]) -> list[_Live]:
+        """Prompt passes for ``rows`` (groups of like length), then draft passes for every row whose first
+        token matched its draft (all of them together), then the survivors join the decode batch."""
         finished: list[_Live] = []
         joining: list[tuple[_Live, Any, int, int]] = []  # live row, layers, row in them, first column
+        drafting: list[tuple[_Live, Row, Any, int, int]] = []
         for group in self._groups(rows):
-            for live, layers, r, start in self._prefill(group, finished):
-                joining.append((live, layers, r, start))
+            self._prompt_pass(group, finished, joining, drafting)
+        if drafting:
+            self._draft_passes(drafting, finished, joining)
         if joining:
             self._merge(joining)
         return finished
@@ -327,11 +331,11 @@ class _Batch:
         if group:
             yield group
 
-    def _prefill(self, group: list[tuple[int, Row]], finished: list[_Live]) -> list[tuple[_Live, Any, int, int]]:
+    def _prompt_pass(self, group: list[tuple[int, Row]], finished: list[_Live],
+                     joining: list[tuple[_Live, Any, int, int]], drafting: list[tuple[_Live, Row, Any, int, int]]) -> None:
         """The group's prompts in one pass — exactly the plain path's prompt pass, so every row's first
-        token is plain decoding's —, then its drafts a chunk at a time for the rows whose tokens have all
-        matched so far. Returns the rows that go on decoding, with where their cache is: (row, layers,
-        row in those layers, first column)."""
+        token is plain decoding's. Rows go to ``finished``, ``joining`` (decode from here) or ``drafting``
+        (the first token matched the draft: check the rest), with where their cache is."""
         torch, e = self.torch, self.e
         L = max(len(row.prompt) for _, row in group)
         ids = torch.full((len(group), L), e.pad_id, dtype=torch.long)
@@ -340,38 +344,67 @@ class _Batch:
             ids[r, L - len(row.prompt):] = torch.tensor(list(row.prompt), dtype=torch.long)
             mask[r, L - len(row.prompt):] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        fed = [0] * len(group)  # draft tokens in the cache
-        longest_draft = max(len(row.draft) for _, row in group)
-        cache = e.SlotCache([e.SlotLayer(L + min(longest_draft, e.config.first_chunk)) for _ in range(e.n_layers)])
+        cache = e.SlotCache([e.SlotLayer(L) for _ in range(e.n_layers)])
         logits = e.forward(ids.to(e.device), mask.to(e.device), positions.to(e.device), cache, 1)
         best, gaps = e.pick(logits, with_gaps=e.config.record_gaps)
         del logits
-        lives = [_Live(index=i, result=RowResult(draft_len=len(row.draft)), max_new=row.max_new) for i, row in group]
-        starts = [L - len(row.prompt) for _, row in group]
-        out: list[tuple[_Live, Any, int, int]] = []
-        layers, members, again = cache.layers, list(range(len(group))), []
-        for r, (live, (_, row)) in enumerate(zip(lives, group)):
-            self._settle(live, row, [(best[r][0], gaps[r][0] if gaps else 0.0)], finished, again, out,
-                         (layers, r, starts[r]), r, verified=False)
+        for r, (i, row) in enumerate(group):
+            live = _Live(index=i, result=RowResult(draft_len=len(row.draft)), max_new=row.max_new)
+            state = self._verify(live, row, [(best[r][0], gaps[r][0] if gaps else 0.0)], verified=False)
+            where = (cache.layers, r, L - len(row.prompt))
+            if state == "done":
+                finished.append(live)
+            elif state == "more":
+                drafting.append((live, row, *where))
+            else:
+                live.length = len(row.prompt)
+                joining.append((live, *where))
+
+    def _draft_passes(self, drafting: list[tuple[_Live, Row, Any, int, int]], finished: list[_Live],
+                      joining: list[tuple[_Live, Any, int, int]]) -> None:
+        """The drafts of every row whose tokens have all matched so far, a chunk per pass (a first
+        ``first_chunk`` probe, then the rest within the logits budget), on one cache that holds each
+        row's prompt right-aligned (copied from its prompt pass)."""
+        torch, e = self.torch, self.e
+        lives = [d[0] for d in drafting]
+        rows = [d[1] for d in drafting]
+        T = max(len(row.prompt) for row in rows)
+        cap = T + min(max(len(row.draft) for row in rows), e.config.first_chunk)
+        layers = []
+        for li in range(e.n_layers):
+            src = drafting[0][2][li]
+            k = src.kbuf.new_zeros(len(rows), src.kbuf.shape[1], cap, src.kbuf.shape[3])
+            v = src.vbuf.new_zeros(len(rows), src.vbuf.shape[1], cap, src.vbuf.shape[3])
+            for j, (_, row, group_layers, r, start) in enumerate(drafting):
+                n = len(row.prompt)
+                k[j, :, T - n:T] = group_layers[li].kbuf[r, :, start:start + n]
+                v[j, :, T - n:T] = group_layers[li].vbuf[r, :, start:start + n]
+            layers.append(e.SlotLayer(cap, k, v, length=T))
+        mask = torch.zeros((len(rows), T), dtype=torch.long)
+        for j, row in enumerate(rows):
+            mask[j, T - len(row.prompt):] = 1
+        starts = [T - len(row.prompt) for row in rows]
+        fed = [0] * len(rows)  # draft tokens in the cache
+        members, again = list(range(len(rows))), list(range(len(rows)))
         chunk = e.config.first_chunk
-        while again:  # the rest of the drafts, a chunk at a time, for rows that accepted all so far
+        while again:
             sel = [members.index(r) for r in again]
             layers, mask = self._select(layers, mask, sel)
             members, todo, again = again, again, []
-            C = min(max(len(group[r][1].draft) - fed[r] for r in todo), chunk)
+            C = min(max(len(rows[r].draft) - fed[r] for r in todo), chunk)
             chunk = self._chunk(len(todo))  # the first chunk probes; the next ones take the rest
-            T = mask.shape[1]
+            width = mask.shape[1]
             ids = torch.full((len(todo), C), e.pad_id, dtype=torch.long)
             cmask = torch.zeros((len(todo), C), dtype=torch.long)
             for j, r in enumerate(todo):
-                c = list(group[r][1].draft[fed[r]:fed[r] + C])
+                c = list(rows[r].draft[fed[r]:fed[r] + C])
                 ids[j, :len(c)] = torch.tensor(c, dtype=torch.long)
                 cmask[j, :len(c)] = 1
             mask = torch.cat([mask, cmask], dim=1)
-            start = torch.tensor([len(group[r][1].prompt) + fed[r] for r in todo], dtype=torch.long)
+            start = torch.tensor([len(rows[r].prompt) + fed[r] for r in todo], dtype=torch.long)
             positions = start[:, None] + torch.arange(C)[None, :]
-            for layer in layers:  # room for this chunk (and the next, if any)
-                layer.reserve(T + C)
+            for layer in layers:  # room for this chunk
+                layer.reserve(width + C)
             cache = e.SlotCache(layers)
             logits = e.forward(ids.to(e.device), mask.to(e.device), positions.to(e.device), cache, C)
             best, gaps = e.pick(logits)
@@ -379,9 +412,15 @@ class _Batch:
             for j, r in enumerate(todo):
                 n = int(cmask[j].sum())
                 fed[r] += n
-                self._settle(lives[r], group[r][1], list(zip(best[j][:n], gaps[j][:n])), finished, again, out,
-                             (layers, j, starts[r]), r, verified=True)
-        return out
+                live, row = lives[r], rows[r]
+                state = self._verify(live, row, list(zip(best[j][:n], gaps[j][:n])), verified=True)
+                if state == "done":
+                    finished.append(live)
+                elif state == "more":
+                    again.append(r)
+                else:
+                    live.length = len(row.prompt) + live.result.accepted
+                    joining.append((live, layers, j, starts[r]))
 
     def _chunk(self, rows: int) -> int:
         """Draft tokens per verification pass after the first: logits stay within ``verify_logits``."""
@@ -394,18 +433,6 @@ class _Batch:
         return ([self.e.SlotLayer(layer.capacity, layer.kbuf.index_select(0, dsel), layer.vbuf.index_select(0, dsel),
                                   length=layer.length) for layer in layers],
                 mask.index_select(0, self.torch.tensor(sel, dtype=self.torch.long)))
-
-    def _settle(self, live: _Live, row: Row, preds: list[tuple[int, float]], finished: list[_Live],
-                again: list[int], out: list[tuple[_Live, Any, int, int]], where: tuple[Any, int, int], r: int,
-                verified: bool) -> None:
-        state = self._verify(live, row, preds, verified)
-        if state == "done":
-            finished.append(live)
-        elif state == "more":
-            again.append(r)
-        else:
-            live.length = len(row.prompt) + live.result.accepted
-            out.append((live, *where))
 
     def _verify(self, live: _Live, row: Row, preds: list[tuple[int, float]], verified: bool) -> str:
         """Walk the predictions for the row's next generated positions (from ``len(tokens)`` on);

@@ -122,6 +122,9 @@ class ToolfidHFLM(HFLM):
         self.drafts: dict[str, list[int]] = {}
         """context text -> the base's generated token ids (filled while ``record_drafts``)."""
         self.oom_halvings = 0
+        self.engine_seconds = 0.0
+        """Seconds spent in the engine (benchmarks split a view's time with it)."""
+        self.engine_stats: Any = None
         self.row_hook: Any = None
         """Called ``(tokens, seconds)`` as each engine row finishes (``toolfid run``'s progress line)."""
         self._plans: dict[str, _Plan] = {}
@@ -293,6 +296,7 @@ class ToolfidHFLM(HFLM):
         results, used, halvings = halve_on_oom(run, batch, device=self.device)
         self.oom_halvings += halvings
         self.engine_stats = self._last_engine.stats
+        self.engine_seconds += time.monotonic() - started
         out = torch.full((context.shape[0], context.shape[1] + max_new), pad_id, dtype=context.dtype)
         out[:, :context.shape[1]] = context.cpu()
         for i, (s, res, plan, source) in enumerate(zip(strings, results, plans, sources)):
