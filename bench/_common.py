@@ -159,6 +159,9 @@ def run_view(model: str, cases: Path | str, home: Path, *, stopping: bool, batch
         profile.load_s = time.perf_counter() - t0
         lm._toolfid_original_generate = lm._model_generate
     lm._model_generate = getattr(lm, "_toolfid_original_generate", lm._model_generate)
+    # these benchmarks time transformers' generate (prefill vs decode through a logits processor);
+    # bench_decode_pace.py and bench_verify.py measure toolfid's engine
+    lm.use_engine = False
     instrument(lm, profile)
     meta = {"pretrained": model, "cases": str(cases), "write_reference": False, **(extra_meta or {})}
     manager = TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)

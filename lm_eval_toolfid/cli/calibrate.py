@@ -45,7 +45,8 @@ _IN_PROCESS_FLAGS = {"base": "--base", "adapter": "--adapter", "runs": "--runs",
                      "multipliers": "--multipliers", "null_dir": "--null-dir", "cases": "--cases",
                      "demos": "--demos", "prompt_style": "--prompt-style",
                      "prompt_template": "--prompt-template", "metadata": "--metadata", "reference_dir": "--reference-dir",
-                     "batch_size": "--batch-size", "device": "--device", "dtype": "--dtype"}
+                     "batch_size": "--batch-size", "device": "--device", "dtype": "--dtype",
+                     "no_verify": "--no-verify"}
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -74,7 +75,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         calibration = calibrate_in_process(
             args.base, args.adapter, args.runs if args.runs is not None else DEFAULT_RUNS, out, args.task,
             metadata_from_args(args), seed=args.seed if args.seed is not None else DEFAULT_SEED,
-            batch_size=args.batch_size if args.batch_size is not None else 16,
+            batch_size=args.batch_size if args.batch_size is not None else "auto",
             multipliers=args.multipliers or DEFAULT_MULTIPLIERS,
             null_dir=Path(args.null_dir) if args.null_dir else None)
     for mult, fits in calibration.fits.items():

@@ -41,6 +41,8 @@ def metadata_from_args(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, key, None)
         if value is not None:
             meta[key] = value
+    if getattr(args, "no_verify", None):
+        meta["verify"] = False
     return meta
 
 
@@ -76,9 +78,13 @@ def add_task_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference-dir", dest="reference_dir", help="where base references are stored")
 
 
-def add_model_options(p: argparse.ArgumentParser, batch_default: int | str | None = 16) -> None:
+def add_model_options(p: argparse.ArgumentParser, batch_default: int | str | None = "auto") -> None:
     p.add_argument("--batch-size", default=batch_default, type=batch_size,
-                   help="generation batch size, or 'auto' (default %(default)s)")
+                   help="rows generated at once, or 'auto': sized from free memory and the model (on CPU at "
+                        "most 64); out of memory, a view halves it and says so (default: auto)")
+    p.add_argument("--no-verify", dest="no_verify", action="store_const", const=True, default=None,
+                   help="decode every adapter view token by token instead of verifying the base's answers in one "
+                        "forward pass (same outputs; metadata key verify: false)")
     p.add_argument("--device", help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--dtype", help="model dtype, e.g. float32, bfloat16, float16 (default: the model's own)")
 

@@ -1,4 +1,5 @@
-"""``toolfid lm-eval ...``: lm_eval with this package's task folder on the include path."""
+"""``toolfid lm-eval ...``: lm_eval with this package's task folder on the include path, and
+``--model hf`` generating this task's requests with toolfid's engine (``toolfid-hf``)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,25 @@ def _check_model_args(argv: list[str]) -> None:
                 check_adapter(pairs["peft"], pairs.get("pretrained"))
 
 
+def _use_toolfid_model(argv: list[str]) -> list[str]:
+    """``--model hf`` becomes ``toolfid-hf``: lm-eval's HFLM whose tool_use_fidelity requests go through
+    toolfid's engine (per-row stops, and adapter runs verify the stored base answers). Every other
+    task's requests, and ``--model hf-auto`` / ``huggingface``, stay lm-eval's own."""
+    import lm_eval_toolfid.runtime.hflm  # noqa: F401 - registers toolfid-hf
+
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg in ("--model", "-m") and i + 1 < len(out) and out[i + 1] == "hf":
+            out[i + 1] = "toolfid-hf"
+        elif arg == "--model=hf":
+            out[i] = "--model=toolfid-hf"
+    return out
+
+
 def cmd_lm_eval(args: argparse.Namespace) -> int:
     from lm_eval.__main__ import cli_evaluate
 
-    argv = list(args.lm_eval_args)
+    argv = _use_toolfid_model(list(args.lm_eval_args))
     _check_model_args(argv)
     if "--include_path" not in argv and "--include-path" not in argv:
         argv += ["--include_path", str(tasks_path())]

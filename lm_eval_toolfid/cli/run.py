@@ -37,6 +37,28 @@ def _paint_verdicts(table: str) -> str:
     return "\n".join(lines)
 
 
+def verification_note(rows: list[Any]) -> str:
+    """One line on how the adapter views' tokens were obtained, and a second one if any near tie."""
+    parts, ties, tol = [], [], None
+    for row in rows:
+        gen = (row.toolfid or {}).get("generation") or {}
+        if not gen.get("rows_verified") or not gen.get("tokens"):
+            continue
+        parts.append(f"{row.label} {gen['tokens_accepted'] / gen['tokens']:.0%} "
+                     f"({gen.get('rows_answered_by_verification', 0)}/{gen['rows']} cases without decoding)")
+        tol = gen.get("near_tie_tolerance", tol)
+        if gen.get("near_tie_tokens"):
+            ties.append(f"{row.label} {gen['near_tie_tokens']} token(s) in {gen['near_tie_cases']} case(s)")
+    if not parts:
+        return ""
+    text = "verified against the base's answers (share of tokens accepted): " + ", ".join(parts)
+    if ties:
+        text += (f"\nnear ties (top-two logit gap < {tol:g}, where "
+                 "verified and decoded arithmetic could pick differently): " + "; ".join(ties)
+                 + " — compare with --no-verify")
+    return text
+
+
 def _resume_hint(args: argparse.Namespace, out: Path) -> str:
     argv = list(getattr(args, "argv", []) or [])
     if "--output" not in argv and "--out" not in argv:
@@ -133,6 +155,9 @@ def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any
                   f"{base_row.toolfid.get('prompt_style_reason')}")
         print()
         print(_paint_verdicts(format_table(rows, valid)))
+        note = verification_note(rows)
+        if note:
+            print("\n" + note)
     runs = [read_run(v.path) for v in views if v.path is not None]
     if not args.json and not args.no_breakdown:
         from lm_eval_toolfid.reporting.breakdown import breakdown, format_text

@@ -38,6 +38,9 @@ class Progress:
         self.to_generate_views = len(self.views)
         self.tokens = 0
         self.gen_seconds = 0.0
+        self._ahead = 0  # cases an engine reported as they finished, before lm-eval's bar counts them
+        self._live_tokens = 0  # tokens and seconds of the generation call still running
+        self._live_seconds = 0.0
         self._view_t0 = 0.0
         self._last_draw = 0.0
         self.started = time.monotonic()
@@ -56,6 +59,7 @@ class Progress:
         self.current = label
         self.view_index += 1
         self.view_done = 0
+        self._ahead = 0
         self.view_total = self.cases_per_view or 0
         self._view_t0 = time.monotonic()
         self._draw(force=True)
@@ -73,13 +77,26 @@ class Progress:
         self._draw(force=True)
 
     def advance(self, n: int = 1) -> None:
-        self.view_done += n
-        self.generated += n
+        early = min(n, self._ahead)  # already counted by engine_row
+        self._ahead -= early
+        self.view_done += n - early
+        self.generated += n - early
+        self._draw()
+
+    def engine_row(self, tokens: int, seconds: float) -> None:
+        """A case finished inside a generation call that is still running (``seconds`` into it)."""
+        self._ahead += 1
+        self.view_done += 1
+        self.generated += 1
+        self._live_tokens += tokens
+        self._live_seconds = seconds
         self._draw()
 
     def add_tokens(self, n: int, seconds: float) -> None:
+        """A generation call finished: ``n`` tokens in ``seconds``."""
         self.tokens += n
         self.gen_seconds += seconds
+        self._live_tokens, self._live_seconds = 0, 0.0
 
     def view_finished(self, label: str, n_cases: int | None = None) -> None:
         seconds = time.monotonic() - self._view_t0
@@ -115,8 +132,8 @@ class Progress:
         parts = [f"[{self.view_index}/{len(self.views)}] {self.current}"]
         if self.view_total:
             parts.append(f"{self.view_done}/{self.view_total} cases")
-        if self.gen_seconds > 0:
-            parts.append(f"{self.tokens / self.gen_seconds:.0f} tok/s")
+        if self.gen_seconds + self._live_seconds > 0:
+            parts.append(f"{(self.tokens + self._live_tokens) / (self.gen_seconds + self._live_seconds):.0f} tok/s")
         eta = self.eta()
         if eta is not None:
             parts.append(f"ETA {_clock(eta)}")
@@ -241,7 +258,10 @@ def quiet_lm_eval(progress: Progress, verbose: bool = False) -> Iterator[None]:
 
 
 def count_tokens(lm: Any, progress: Progress) -> None:
-    """Wrap ``lm._model_generate`` (HFLM) to count generated, non-padding tokens and generation time."""
+    """Wrap ``lm._model_generate`` (HFLM) to count generated, non-padding tokens and generation time;
+    an LM with a ``row_hook`` (toolfid's engine) also reports each case as it finishes."""
+    if hasattr(lm, "row_hook"):
+        lm.row_hook = progress.engine_row
     original = getattr(lm, "_model_generate", None)
     if original is None or getattr(original, "_toolfid_counting", False):
         return

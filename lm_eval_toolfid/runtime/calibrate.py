@@ -15,7 +15,7 @@ from lm_eval_toolfid.calibration.posthoc import calibration_from_results, write_
 
 
 def calibrate_in_process(base: str, adapter: str, runs: int, out: Path, task: str, metadata: dict[str, Any],
-                         seed: int = 0, batch_size: int | str = 16,
+                         seed: int = 0, batch_size: int | str = "auto",
                          multipliers: tuple[float, ...] = DEFAULT_MULTIPLIERS,
                          null_dir: Path | None = None, session: Any = None,
                          run_base: bool = True) -> Calibration:

@@ -1,30 +1,57 @@
-"""lm-eval's HFLM, stopping each sequence of a batch as soon as its tool call is complete.
+"""lm-eval's HFLM, generating this task's requests with toolfid's greedy engine (``toolfid-hf``).
 
-``ToolfidHFLM`` differs from ``HFLM`` in one place, ``_model_generate``: next to lm-eval's
-stop-sequence criteria it adds :func:`lm_eval_toolfid.runtime.stopping.make_stopping_criteria`, which
-answers per row (lm-eval's own criteria only stop a batch once *every* row has hit a stop
-sequence). Greedy decoding makes a stopped row's text a prefix of what the row would have
-generated, so ``stopping.truncate_call`` of either text is the same string.
+``ToolfidHFLM`` differs from ``HFLM`` only for requests of the ``tool_use_fidelity`` tasks (their
+doc has an ``expected_calls`` column) generated greedily: those go through
+:class:`lm_eval_toolfid.runtime.decoding.GreedyEngine` instead of ``model.generate``:
 
-It stops early only for requests whose doc says they expect at most one call (the task's
-``expected_calls`` column; the scoring core answers those cases with the text up to the end of
-the first call, :func:`lm_eval_toolfid.scoring.outcome.answer_text`), so outcomes are identical to a run
-that generated to ``until``/``max_gen_toks``. Requests of other tasks, or of cases that expect
-several calls, generate as ``HFLM`` does.
+- every row stops on its own: at the model's EOS ids, at lm-eval's ``until`` strings, at
+  ``max_gen_toks``, and — for cases answered by (at most) one call — at the end of that call
+  (:class:`lm_eval_toolfid.runtime.stopping.RowStopper`; the scoring core answers those cases with
+  the text up to the end of the first call, so outcomes equal a run that generated on);
+- the whole view goes to the engine at once, which prefills longest first and keeps a decode batch
+  of ``batch_size`` rows full (``auto``: sized from free memory, :mod:`lm_eval_toolfid.runtime.batch_size`;
+  out of memory, it halves the batch and says so);
+- **verification**: a request that carries the base's answer (a *draft*) is checked in one forward
+  pass instead of decoded token by token (see ``decoding``); drafts come from the base view of the
+  same session (:attr:`ToolfidHFLM.drafts`, exact token ids, filled while :attr:`record_drafts` is
+  on) or from the task (``Instance.toolfid_draft``: the stored base reference's text, re-tokenized);
+  ``Instance.toolfid_verify = False`` (metadata ``verify: false``) turns it off.
 
-``toolfid run`` (and calibration) build the model as this class::
+``_model_generate`` returns what lm-eval expects (context + continuation, padded), so lm-eval's own
+decoding and ``until`` cut are unchanged. Each request gets ``Instance.toolfid_generation``: how
+its tokens were obtained (accepted / verified / decoded, near ties), which the task summarises into
+the view's provenance. Requests of other tasks, sampling, or a model the engine does not fit
+(sliding-window caches, logits processors in the generation config) keep HFLM's path (with the
+per-row stop at the end of the call where every request of the call allows it).
 
-    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM   # instead of lm_eval.models.huggingface.HFLM
+Registered as lm-eval model ``toolfid-hf`` (``toolfid lm-eval --model hf`` uses it); ``toolfid run``,
+the demo and calibration load it directly.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+from dataclasses import dataclass
 from typing import Any
 
+from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils_hf import stop_sequences_criteria
 
-from lm_eval_toolfid.runtime.stopping import make_stopping_criteria
+from lm_eval_toolfid.runtime.batch_size import auto_batch_size, halve_on_oom
+from lm_eval_toolfid.runtime.decoding import EngineConfig, EngineUnsupported, GreedyEngine, Row
+from lm_eval_toolfid.runtime.stopping import RowStopper, make_stopping_criteria
+
+log = logging.getLogger("lm_eval.toolfid")
+
+_GREEDY_KEYS = {"do_sample", "temperature", "attention_mask"}
+# generation-config settings that change greedy choices (logits processors): the engine applies none
+_PROCESSOR_SETTINGS = ("repetition_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
+                       "bad_words_ids", "min_length", "min_new_tokens", "forced_bos_token_id",
+                       "forced_eos_token_id", "suppress_tokens", "begin_suppress_tokens", "sequence_bias",
+                       "exponential_decay_length_penalty", "num_beams", "guidance_scale", "watermarking_config",
+                       "epsilon_cutoff", "eta_cutoff", "renormalize_logits", "remove_invalid_values")
 
 
 def single_call(request: Any) -> bool:
@@ -38,22 +65,176 @@ def single_call(request: Any) -> bool:
         return False
 
 
+def is_toolfid_request(request: Any) -> bool:
+    doc = getattr(request, "doc", None)
+    return isinstance(doc, dict) and "expected_calls" in doc
+
+
+@dataclass
+class _Plan:
+    """How one context of a generate_until call is generated."""
+
+    call_end: bool
+    verify: bool
+    draft_text: str | None
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The ids ``generate`` stops a row at: the generation config's ``eos_token_id`` (int or list)."""
+    for source in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if value is not None:
+            return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+    return [int(tokenizer.eos_token_id)] if tokenizer.eos_token_id is not None else []
+
+
+def engine_blocker(model: Any, generation_kwargs: dict[str, Any]) -> str | None:
+    """Why these generation settings are not plain greedy decoding (None when they are)."""
+    extra = set(generation_kwargs) - _GREEDY_KEYS
+    if extra:
+        return f"generation kwargs {sorted(extra)}"
+    if generation_kwargs.get("do_sample") or float(generation_kwargs.get("temperature") or 0.0) != 0.0:
+        return "sampling"
+    config = getattr(model, "generation_config", None)
+    if config is not None:
+        from transformers import GenerationConfig
+
+        default = GenerationConfig()
+        changed = [k for k in _PROCESSOR_SETTINGS if getattr(config, k, None) != getattr(default, k, None)]
+        if changed:
+            return f"generation config sets {changed}"
+    return None
+
+
+@register_model("toolfid-hf")
 class ToolfidHFLM(HFLM):
-    """HFLM whose generation stops per sequence at the end of the first complete tool call."""
+    """HFLM whose tool_use_fidelity requests go through toolfid's greedy engine (plain or verified)."""
 
     stop_at_call_end: bool = True
-    _stop_now: bool = False
+    use_engine: bool = True
+    """False: transformers' generate in lm-eval's batches, with the per-row stop at the end of the call
+    (the path before the engine; benchmarks compare the two)."""
+    record_drafts: bool = False
+    """While on, each generated row's tokens are stored in :attr:`drafts` (the base view of a session)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.drafts: dict[str, list[int]] = {}
+        """context text -> the base's generated token ids (filled while ``record_drafts``)."""
+        self.oom_halvings = 0
+        self.engine_seconds = 0.0
+        """Seconds spent in the engine (benchmarks split a view's time with it)."""
+        self.engine_stats: Any = None
+        self.row_hook: Any = None
+        """Called ``(tokens, seconds)`` as each engine row finishes (``toolfid run``'s progress line)."""
+        self._plans: dict[str, _Plan] = {}
+        self._row_info: dict[str, dict[str, Any]] = {}
+        self._batch_strings: list[str] | None = None
+        self._stop_now = False
+
+    # -- lm-eval entry point -----------------------------------------------------------------
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        ours = [r for r in requests if is_toolfid_request(r)]
+        self._plans = {}
+        for r in ours:
+            context = r.args[0]
+            plan = _Plan(call_end=single_call(r), verify=getattr(r, "toolfid_verify", True) is not False,
+                         draft_text=getattr(r, "toolfid_draft", None))
+            seen = self._plans.get(context)
+            if seen is not None:  # the same prompt twice: the cautious choice of both
+                plan = _Plan(seen.call_end and plan.call_end, seen.verify and plan.verify,
+                             seen.draft_text or plan.draft_text)
+            self._plans[context] = plan
+        self._row_info = {}
         self._stop_now = self.stop_at_call_end and bool(requests) and all(single_call(r) for r in requests)
+        whole_view = (self.use_engine and bool(requests) and len(ours) == len(requests)
+                      and self._engine_fits(requests) is None)
+        saved = self.batch_size_per_gpu
+        if whole_view:  # every request to the engine at once: it batches and schedules them itself
+            self._engine_batch = saved
+            self.batch_size_per_gpu = max(1, len(requests))
+        else:
+            self._engine_batch = None
         try:
             return super().generate_until(requests, disable_tqdm=disable_tqdm)
         finally:
+            self.batch_size_per_gpu = saved
             self._stop_now = False
+            self._batch_strings = None
+            for r in ours:
+                info = self._row_info.get(r.args[0])
+                if info is not None:
+                    r.toolfid_generation = info
+
+    def _engine_fits(self, requests: list[Any]) -> str | None:
+        """Why these requests will not go to the engine (None: they will), decided before batching."""
+        if not hasattr(self, "_engine_unsupported"):
+            try:
+                GreedyEngine(self.model, 0)
+                self._engine_unsupported: str | None = None
+            except EngineUnsupported as exc:
+                self._engine_unsupported = str(exc)
+        if self._engine_unsupported:
+            return self._engine_unsupported
+        for r in requests:
+            kwargs = r.args[1] if len(r.args) > 1 and isinstance(r.args[1], dict) else {}
+            why = engine_blocker(self.model, {k: v for k, v in kwargs.items() if k not in ("until", "max_gen_toks")})
+            if why:
+                return why
+        return None
+
+    def tok_batch_encode(self, strings: list[str], *args: Any, **kwargs: Any) -> Any:
+        self._batch_strings = list(strings)  # _model_generate's rows, in order
+        return super().tok_batch_encode(strings, *args, **kwargs)
+
+    # -- generation ---------------------------------------------------------------------------
 
     def _model_generate(self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any) -> Any:
-        if not self._stop_now:
-            return super()._model_generate(context, max_length, stop, **generation_kwargs)
+        strings = self._batch_strings
+        plans = [self._plans.get(s) for s in strings] if strings and len(strings) == context.shape[0] else []
+        if self.use_engine and plans and all(p is not None for p in plans):
+            why_not = engine_blocker(self.model, generation_kwargs)
+            if why_not is None:
+                try:
+                    return self._engine_generate(context, max_length, stop, strings, plans,  # type: ignore[arg-type]
+                                                 generation_kwargs.get("attention_mask"))
+                except EngineUnsupported as exc:
+                    why_not = str(exc)
+            self._note_fallback(strings, why_not)  # type: ignore[arg-type]
+        return self._generate_in_batches(context, max_length, stop, **generation_kwargs)
+
+    def _generate_in_batches(self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any) -> Any:
+        """transformers' generate, in chunks of the batch size when lm-eval handed over the whole view."""
+        import torch
+
+        def one(ctx: Any, **kw: Any) -> Any:
+            if not self._stop_now:
+                return super(ToolfidHFLM, self)._model_generate(ctx, max_length, stop, **kw)
+            return self._generate_with_call_end(ctx, max_length, stop, **kw)
+
+        size = self._engine_batch
+        if size is None or (isinstance(size, int) and size >= context.shape[0]):
+            return one(context, **generation_kwargs)
+        if not isinstance(size, int):
+            size = auto_batch_size(self.model, self.device, [max_length] * context.shape[0])
+        mask = generation_kwargs.pop("attention_mask", None)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        out = torch.full((context.shape[0], max_length), pad, dtype=context.dtype, device=context.device)
+        for i in range(0, context.shape[0], size):
+            kw = dict(generation_kwargs, **({"attention_mask": mask[i:i + size]} if mask is not None else {}))
+            chunk = one(context[i:i + size], **kw)
+            out[i:i + size, :chunk.shape[1]] = chunk
+        return out
+
+    def _note_fallback(self, strings: list[str], why: str) -> None:
+        if not getattr(self, "_warned_fallback", False):
+            self._warned_fallback = True
+            log.info("toolfid: generating with transformers' generate (%s)", why)
+        for s in strings:
+            self._row_info[s] = {"engine": "generate", "reason": why}
+
+    def _generate_with_call_end(self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any) -> Any:
         import torch
 
         generation_kwargs["temperature"] = generation_kwargs.get("temperature", 0.0)
@@ -69,3 +250,74 @@ class ToolfidHFLM(HFLM):
             return self.model.generate(input_ids=context, max_length=max_length, stopping_criteria=criteria,
                                        pad_token_id=self.tokenizer.pad_token_id, use_cache=True,
                                        **generation_kwargs)
+
+    def _engine_generate(self, context: Any, max_length: int, stop: list[str], strings: list[str],
+                         plans: list[_Plan], attention_mask: Any) -> Any:
+        import torch
+
+        max_new = max(0, int(max_length) - context.shape[1])
+        mask = attention_mask if attention_mask is not None else torch.ones_like(context)
+        prompts = [row[m.bool()].tolist() for row, m in zip(context.cpu(), mask.cpu())]
+        eos = eos_token_ids(self.model, self.tokenizer)
+        call_end = self.stop_at_call_end
+        sources: list[str | None] = []
+        drafts: list[list[int]] = []
+        for s, plan in zip(strings, plans):
+            draft, source = self._draft_for(s, plan)
+            drafts.append(draft)
+            sources.append(source)
+
+        def make_rows() -> list[Row]:
+            return [Row(prompt=p, max_new=max_new, draft=d,
+                        stopper=RowStopper(self.tokenizer, eos, stop, max_new, call_end=call_end and plan.call_end))
+                    for p, d, plan in zip(prompts, drafts, plans)]
+
+        requested = self._engine_batch if self._engine_batch is not None else self.batch_size_per_gpu
+        batch = requested if isinstance(requested, int) else auto_batch_size(
+            self.model, self.device, [len(p) + max_new for p in prompts])
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+
+        def autocast() -> Any:
+            return torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
+                                  enabled=self.mixed_precision_dtype is not None)
+
+        started = time.monotonic()
+
+        def on_done(_index: int, result: Any) -> None:
+            if self.row_hook is not None:
+                self.row_hook(len(result.tokens), time.monotonic() - started)
+
+        def run(max_batch: int, prefill_tokens: int) -> list[Any]:
+            engine = GreedyEngine(self.model, pad_id, EngineConfig(max_batch=max_batch, prefill_tokens=prefill_tokens),
+                                  autocast=autocast)
+            self._last_engine = engine
+            return engine.run(make_rows(), on_done=on_done)
+
+        results, used, halvings = halve_on_oom(run, batch, device=self.device)
+        self.oom_halvings += halvings
+        self.engine_stats = self._last_engine.stats
+        self.engine_seconds += time.monotonic() - started
+        out = torch.full((context.shape[0], context.shape[1] + max_new), pad_id, dtype=context.dtype)
+        out[:, :context.shape[1]] = context.cpu()
+        for i, (s, res, plan, source) in enumerate(zip(strings, results, plans, sources)):
+            if res.tokens:
+                out[i, context.shape[1]:context.shape[1] + len(res.tokens)] = torch.tensor(res.tokens, dtype=context.dtype)
+            if self.record_drafts:
+                self.drafts[s] = list(res.tokens)
+            self._row_info[s] = {
+                "engine": "toolfid", "verify": plan.verify, "draft_source": source, "draft_tokens": res.draft_len,
+                "tokens": len(res.tokens), "accepted": res.accepted, "verified": res.verified,
+                "decoded": res.decoded, "near_ties": res.near_ties, "finish": res.finish,
+                "decode_batch": used, "oom_halvings": halvings,
+            }
+        return out.to(context.device)
+
+    def _draft_for(self, context: str, plan: _Plan) -> tuple[list[int], str | None]:
+        """The base's tokens for this context, and where they came from (None: no draft)."""
+        if not plan.verify or self.record_drafts:
+            return [], None
+        if context in self.drafts:
+            return self.drafts[context], "session"
+        if plan.draft_text:
+            return self.tokenizer(plan.draft_text, add_special_tokens=False)["input_ids"], "reference"
+        return [], None

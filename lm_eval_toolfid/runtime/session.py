@@ -4,7 +4,9 @@ Each view is an ordinary ``lm_eval.simple_evaluate`` call of the task on the one
 so per-case outcomes are exactly those of the two-run ``lm_eval`` CLI flow: the base view runs
 with the adapter disabled (``PeftModel.disable_adapter``) and writes the base reference, like
 ``lm_eval ... pretrained=BASE``; each adapter view activates one adapter and pairs with that
-reference, like ``lm_eval ... pretrained=BASE,peft=ADAPTER``.
+reference, like ``lm_eval ... pretrained=BASE,peft=ADAPTER``. The base view's generated tokens
+stay in the loaded model (:attr:`ToolfidHFLM.drafts`): adapter views verify them instead of
+decoding them again (metadata ``verify: false`` turns that off).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def check_base(base: str) -> None:
 class ModelSession:
     """A base model loaded once, with any number of adapters attached by name."""
 
-    def __init__(self, base: str, first_adapter: str, batch_size: int | str = 16, device: str | None = None,
+    def __init__(self, base: str, first_adapter: str, batch_size: int | str = "auto", device: str | None = None,
                  dtype: str | None = None, progress: Any = None, verbose: bool = True) -> None:
         from lm_eval_toolfid.reporting.progress import count_tokens, quiet_lm_eval
         from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
@@ -82,8 +84,14 @@ class ModelSession:
 
     @contextlib.contextmanager
     def base_view(self) -> Iterator[None]:
-        with self.peft_model.disable_adapter():
-            yield
+        """The adapter disabled; the tokens each case generates are kept as the drafts the adapter
+        views of this session verify (``ToolfidHFLM.drafts``)."""
+        self.lm.record_drafts = True
+        try:
+            with self.peft_model.disable_adapter():
+                yield
+        finally:
+            self.lm.record_drafts = False
 
     def evaluate(self, task: str, metadata: dict[str, Any], adapter: str | None, label: str,
                  out_dir: Path | None = None) -> ViewResult:

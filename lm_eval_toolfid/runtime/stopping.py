@@ -1,9 +1,13 @@
-"""Per-row stopping at the end of the tool call, for transformers' generation.
+"""Per-row stopping: where one generated row ends (end of the tool call, a stop string, EOS, the budget).
 
-:func:`make_stopping_criteria` wraps :class:`lm_eval_toolfid.formats.call_end.CallScanner` as a
-``StoppingCriteria`` that answers per sequence of a batch (lm-eval's own criteria stop a batch
-only once *every* row has hit a stop sequence); :class:`IncrementalDecoder` turns token ids into
-new text per step without re-decoding the whole sequence.
+:class:`RowStopper` is what :mod:`lm_eval_toolfid.runtime.decoding` asks after every token of a
+row: the model's EOS ids (as ``generate`` uses them), lm-eval's ``until`` strings, the end of the
+first complete tool call (:class:`lm_eval_toolfid.formats.call_end.CallScanner`, single-call
+requests only) and ``max_gen_toks``. :func:`make_stopping_criteria` wraps the same scanner as a
+transformers ``StoppingCriteria`` that answers per sequence of a batch (for ``generate``; lm-eval's
+own criteria stop a batch only once *every* row has hit a stop sequence);
+:class:`IncrementalDecoder` turns token ids into new text per step without re-decoding the whole
+sequence.
 """
 
 from __future__ import annotations
@@ -31,6 +35,43 @@ class IncrementalDecoder:
             self._prefix, self._read = self._read, len(self.ids)
             return new_text[len(prefix_text):]
         return ""
+
+
+class RowStopper:
+    """The stop rules of one row, fed one generated token at a time.
+
+    ``push`` returns why the row ends with this token (``"eos"``, ``"stop"`` for a stop string or
+    the end of the call, ``"length"`` for the token budget) or None. The token that triggers a stop
+    is part of the row's output, as in ``generate``; lm-eval cuts a stop string off the text itself.
+    """
+
+    def __init__(self, tokenizer: Any, eos_ids: Sequence[int], until: Sequence[str], max_new: int,
+                 call_end: bool = False) -> None:
+        self.eos_ids = frozenset(int(t) for t in eos_ids)
+        self.until = [s for s in until if s]
+        self.max_new = max_new
+        self.count = 0
+        self._decoder = IncrementalDecoder(tokenizer) if (self.until or call_end) else None
+        self._scanner = CallScanner(self.until) if call_end else None
+        self._text = ""
+        self._longest = max((len(s) for s in self.until), default=0)
+
+    def push(self, token: int) -> str | None:
+        self.count += 1
+        if token in self.eos_ids:
+            return "eos"
+        if self._decoder is not None:
+            chunk = self._decoder.push(token)
+            if chunk:
+                if self._scanner is not None:
+                    if self._scanner.feed(chunk):
+                        return "stop"
+                else:
+                    start = max(0, len(self._text) - self._longest + 1)
+                    self._text += chunk
+                    if any(s in self._text[start:] for s in self.until):
+                        return "stop"
+        return "length" if self.count >= self.max_new else None
 
 
 def make_stopping_criteria(tokenizer: Any, initial_length: int, batch_size: int, stop: Sequence[str] = ()) -> Any:

@@ -45,7 +45,8 @@ def view_manifest(base: str, adapter: str | None, task: str, metadata: dict[str,
         "format": MANIFEST_FORMAT,
         "base": base, "base_fingerprint": fingerprint(base),
         "adapter": adapter, "adapter_fingerprint": fingerprint(adapter),
-        "task": task, "settings": metadata,
+        # verify changes how adapter tokens are computed, not which: a view saved either way is reused
+        "task": task, "settings": {k: v for k, v in metadata.items() if k != "verify"},
         "model_args": {k: v for k, v in (model_args or {}).items() if k != "pretrained"},
         "toolfid_version": __version__,
     }, sort_keys=True, default=str))

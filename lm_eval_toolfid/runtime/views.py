@@ -18,7 +18,7 @@ from lm_eval_toolfid.runtime.view_store import ViewResult, load_saved_view, view
 
 
 def run_views(base: str, adapters: dict[str, str], task: str, metadata: dict[str, Any],
-              batch_size: int | str = 16, out_dir: Path | None = None,
+              batch_size: int | str = "auto", out_dir: Path | None = None,
               session: ModelSession | None = None,
               base_view: ViewResult | None = None, *, device: str | None = None, dtype: str | None = None,
               progress: Any = None, verbose: bool = True,

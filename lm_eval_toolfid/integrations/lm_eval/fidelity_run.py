@@ -129,6 +129,10 @@ class FidelityRun:
 
     # --- per case ------------------------------------------------------------------------
 
+    def base_text(self, case_id: str) -> str | None:
+        """The paired base reference's text for a case (primer included), or None."""
+        return self._base_text(case_id)
+
     def _base_text(self, case_id: str) -> str | None:
         want = self.request_hashes.get(case_id)
         for ref in self.references:

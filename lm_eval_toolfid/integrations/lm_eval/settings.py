@@ -18,7 +18,7 @@ from lm_eval_toolfid.scoring.verdict import VerdictConfig
 
 SETTING_KEYS = ("cases", "demos", "plain_demos", "allowed_tools", "base_samples", "calibration", "write_reference",
                 "string_arguments", "backend", "prompt_style", "prompt_template", "system_prompt",
-                "chat_template")
+                "chat_template", "verify")
 OTHER_TASK_KEYS = {"reference_dir", "version", "toolfid", "config_source"}
 """Keys the task (or lm-eval's YAML) owns that are not model arguments."""
 
@@ -46,6 +46,9 @@ class TaskSettings(BaseModel):
     """Plain style only: how tools are shown (see :mod:`lm_eval_toolfid.prompts.plain`)."""
     system_prompt: str | None = None
     chat_template: str | None = None
+    verify: bool = True
+    """Adapter runs: check the base's answer in one forward pass instead of decoding it again, where the
+    model class is toolfid's (``toolfid run``, ``toolfid-hf``); outputs are the same either way."""
     verdict: VerdictConfig = VerdictConfig()
     model_args: dict[str, Any] = Field(default_factory=dict)
     raw: dict[str, Any] = Field(default_factory=dict)

@@ -31,11 +31,14 @@ from lm_eval_toolfid.prompts.chat import shipped_chat_template, template_sha
 from lm_eval_toolfid.prompts.history import conversation_text
 from lm_eval_toolfid.prompts.plain import render_call
 from lm_eval_toolfid.prompts.prompter import Prompter
+from lm_eval_toolfid.runtime.generation_stats import summarize_generation
 from lm_eval_toolfid.scoring.metrics import METRICS, case_items
 
 log = logging.getLogger("lm_eval.toolfid")
 
 BACKENDS = {"HFLM": "hf", "VLLM": "vllm", "SGLangLM": "sglang", "HFMultimodalLM": "hf-multimodal"}
+MODEL_ALIASES = {"toolfid-hf": "hf", "hf-auto": "hf", "huggingface": "hf"}
+"""lm-eval model names that are the ``hf`` backend (``toolfid-hf`` is HFLM with toolfid's engine)."""
 LM_EVAL_REQUEST_KEYS = ("system_instruction", "apply_chat_template", "fewshot_as_multiturn", "tokenizer_name")
 
 
@@ -62,7 +65,7 @@ def backend_name(model: Any) -> str:
     as ``ToolfidHFLM`` (what ``toolfid run`` loads) is its base class's backend, so in-process and
     CLI runs of one base share a pairing key."""
     if isinstance(model, str):
-        return model
+        return MODEL_ALIASES.get(model, model)
     for cls in type(model).__mro__:
         if cls.__name__ in BACKENDS:
             return BACKENDS[cls.__name__]
@@ -256,6 +259,19 @@ class ToolUseFidelityTask(ConfigurableTask):
         self.run.provenance.update(prompt=self.prompter.settings.fingerprint(), **self.prompter.provenance())
         self._note_adapter_template()
         super().build_all_requests(**kwargs)
+        self._attach_drafts()
+
+    def _attach_drafts(self) -> None:
+        """Tell the LM, per request, whether to verify and the base's answer to verify (read by
+        toolfid's engine, ignored by other LMs). Set on every instance, cached ones included."""
+        primer = self.prompter.primer
+        for inst in self._instances or []:
+            inst.toolfid_verify = self.settings.verify
+            inst.toolfid_draft = None
+            if self.settings.verify and self.settings.is_adapter_run and isinstance(inst.doc, dict):
+                text = self.run.base_text(str(inst.doc.get("id")))
+                if text is not None:
+                    inst.toolfid_draft = text[len(primer):] if primer and text.startswith(primer) else text
 
     def _note_adapter_template(self) -> None:
         """An adapter folder that ships its own chat template: both views are rendered with the base's
@@ -325,6 +341,8 @@ class ToolUseFidelityTask(ConfigurableTask):
     # --- aggregation -----------------------------------------------------------------------
 
     def _finish(self, records: list[dict[str, Any]]) -> float:
+        infos = [getattr(inst, "toolfid_generation", None) for inst in self._instances or []]
+        self.run.provenance["generation"] = summarize_generation(infos, verify=self.settings.verify)
         conclusion = self.run.finish(records)
         if isinstance(self.config.metadata, dict):
             self.config.metadata["toolfid"] = self.run.provenance

@@ -1,0 +1,136 @@
+"""How many rows decode at once: ``auto`` sized from free memory and the model, halved on out-of-memory.
+
+A decode batch's memory is its KV cache: ``2 x layers x kv_heads x head_dim x dtype bytes`` per
+token, times each row's prompt + generation budget. :func:`auto_batch_size` fits as many rows of
+the view as :data:`MEMORY_FRACTION` of the free memory holds (every row counted at the longest
+row's length, so the bound is safe), after a reserve for the forward passes' activations and
+logits; on CUDA that is usually the whole view, in one batch. On CPU the KV cache rarely binds
+either, but decode throughput stops growing past a few dozen rows (the step becomes
+compute-bound), so ``auto`` is capped at :data:`CPU_MAX_BATCH`.
+
+:func:`halve_on_oom` runs a view and, when it runs out of memory, halves the batch (and the
+prefill token budget) and runs it again, saying so in one line. The memory query
+(:func:`free_memory`) is one function, so tests replace it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, TypeVar
+
+from lm_eval_toolfid.core.errors import ToolfidError
+
+log = logging.getLogger("lm_eval.toolfid")
+
+T = TypeVar("T")
+
+MEMORY_FRACTION = 0.7
+"""Share of the free memory the decode batch's KV cache may take."""
+CPU_MAX_BATCH = 64
+"""``auto`` on CPU: decode rows at once. Measured (bench/bench_decode_pace.py, Qwen2.5-0.5B fp32, 1
+thread, 600 cached tokens): 24 tok/s at 8 rows, 47 at 32, 57 at 64 — 4.1x, 2.1x, 1.7x the step's
+hardware limit; beyond that the step is compute-bound and the KV cache grows for little gain."""
+PREFILL_TOKENS = {"cuda": 16384, "cpu": 4096}
+"""Padded tokens per prompt/verification forward pass, by device type (others: the CPU figure)."""
+
+
+def free_memory(device: Any) -> int | None:
+    """Free bytes on ``device`` (CUDA: the driver's free memory; CPU: MemAvailable), or None."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    if device.type == "cpu":
+        try:
+            with open("/proc/meminfo", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+    return None
+
+
+def kv_bytes_per_token(model: Any) -> int:
+    """KV-cache bytes one token of one row takes in this model."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = base.config.get_text_config(decoder=True) if hasattr(base.config, "get_text_config") else base.config
+    layers = int(config.num_hidden_layers)
+    heads = int(getattr(config, "num_attention_heads"))
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    dtype_bytes = next(base.parameters()).element_size()
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def activation_reserve(model: Any, prefill_tokens: int) -> int:
+    """Bytes kept free for one forward pass of ``prefill_tokens`` tokens (MLP activations, logits)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = base.config.get_text_config(decoder=True) if hasattr(base.config, "get_text_config") else base.config
+    hidden = int(config.hidden_size)
+    inner = int(getattr(config, "intermediate_size", None) or 4 * hidden)
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    dtype_bytes = next(base.parameters()).element_size()
+    # a few live [tokens, inner] tensors in the MLP, plus the verification logits (bounded by the engine)
+    return prefill_tokens * (4 * inner + 8 * hidden) * dtype_bytes + 64 * 1024 * 1024 * 4 + 4 * vocab * 64
+
+
+def prefill_tokens_for(device: Any) -> int:
+    import torch
+
+    return PREFILL_TOKENS.get(torch.device(device).type, PREFILL_TOKENS["cpu"])
+
+
+def auto_batch_size(model: Any, device: Any, row_tokens: list[int]) -> int:
+    """Rows to decode at once for a view whose rows need ``row_tokens`` (prompt + budget) each."""
+    import torch
+
+    n = max(1, len(row_tokens))
+    kind = torch.device(device).type
+    cap = n if kind != "cpu" else min(n, CPU_MAX_BATCH)
+    free = free_memory(device)
+    if free is None:
+        return cap
+    per_row = kv_bytes_per_token(model) * max(row_tokens or [1])
+    room = free * MEMORY_FRACTION - activation_reserve(model, prefill_tokens_for(device))
+    return max(1, min(cap, int(room // max(1, per_row))))
+
+
+def is_oom(exc: BaseException) -> bool:
+    """An out-of-memory error of torch (CUDA, or the CPU allocator)."""
+    import torch
+
+    if isinstance(exc, getattr(torch.cuda, "OutOfMemoryError", ())):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "can't allocate memory" in text)
+
+
+def halve_on_oom(run: Callable[[int, int], T], batch: int, device: Any,
+                 prefill_tokens: int | None = None) -> tuple[T, int, int]:
+    """``run(batch, prefill_tokens)``; on out-of-memory, half of both and again (one warning line each).
+
+    Returns (result, the batch that ran, how many times it was halved). Raises a one-line
+    :class:`ToolfidError` when even one row at a time does not fit."""
+    import torch
+
+    prefill = prefill_tokens or prefill_tokens_for(device)
+    halvings = 0
+    while True:
+        try:
+            return run(batch, prefill), batch, halvings
+        except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled; anything else re-raised
+            if not is_oom(exc):
+                raise
+            if torch.device(device).type == "cuda":
+                torch.cuda.empty_cache()
+            if batch <= 1 and prefill <= 256:
+                raise ToolfidError(f"out of memory generating one row at a time on {device}: the model or the "
+                                   "prompts are too large for this device (try --dtype bfloat16)") from None
+            new_batch, new_prefill = max(1, batch // 2), max(256, prefill // 2)
+            log.warning("toolfid: out of memory with batch %d on %s; running the view again with batch %d",
+                        batch, device, new_batch)
+            batch, prefill = new_batch, new_prefill
+            halvings += 1

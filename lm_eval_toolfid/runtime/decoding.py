@@ -1,0 +1,552 @@
+"""One greedy decoding engine for base and adapter views: plain decoding, and verification of a draft.
+
+A view hands :class:`GreedyEngine` its rows (prompt token ids, stop rules, optionally a *draft*: the
+tokens the base generated for the same prompt). Every token the engine emits is the model's own
+argmax; a draft only decides how many of them are computed in one parallel forward pass:
+
+- **plain** (no draft): the prompt is processed in one forward pass, then one token per decode step;
+- **verified** (a draft): the prompt pass is the same (so the first token is always plain decoding's:
+  an adapter that departs from the base at once costs nothing extra); if the first token equals the
+  draft's, the draft goes through the model in chunks (``first_chunk`` tokens, then the rest, a pass
+  each), appended to the prompt's cache; draft token *j* is accepted while the model's argmax before
+  it equals it and the row's stop rules have not ended it; at the first difference the argmax is the
+  row's next token and the row continues by decode steps from the cache of the accepted prefix. A
+  row whose whole answer is accepted up to its stop never decodes.
+
+Scheduling (what "batched" means here): rows are taken longest first; prompts (and drafts) are
+processed in forward passes of at most ``prefill_tokens`` padded tokens, rows of similar length
+together; rows still generating join one decode batch of at most ``max_batch`` rows (left padding,
+explicit attention mask and position ids); a row that stops leaves the batch at once and waiting
+rows are admitted in its place (continuous batching). The lm_head runs only where a next token is
+read (``logits_to_keep``). The KV cache lives in preallocated buffers (:class:`SlotCache`), so a
+decode step appends in place instead of copying the cache.
+
+Numerics: a verified token is read from a parallel pass over the draft, a decoded one from a
+single-token step; the two differ by floating-point rounding, which can flip an argmax only where
+the top two logits nearly tie. Every verified token records its top-two gap; gaps below
+``near_tie`` are counted per row (:attr:`RowResult.near_ties`) and reported, never hidden. (A model
+whose weights amplify rounding — e.g. a LoRA of large random weights — has no reproducible greedy
+output at all: ``generate`` itself changes its answer with the batch's shape. Its first token is
+still the plain path's; see docs/performance.md.) Tests compare verified against plain decoding,
+and plain decoding against ``generate``, token for token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+log = logging.getLogger("lm_eval.toolfid")
+
+NEAR_TIE = 1e-3
+"""Default top-two logit gap below which a verified token counts as a near tie (see docs/performance.md)."""
+
+
+class Stopper(Protocol):
+    def push(self, token: int) -> str | None: ...
+
+
+@dataclass
+class Row:
+    """One sequence to generate: its prompt, its stop rules and (to verify) the base's tokens."""
+
+    prompt: Sequence[int]
+    stopper: Stopper
+    max_new: int
+    draft: Sequence[int] = ()
+
+
+@dataclass
+class RowResult:
+    """What one row generated, and how each token was obtained."""
+
+    tokens: list[int] = field(default_factory=list)
+    finish: str = ""
+    """``eos``, ``stop`` (stop string or end of call), ``length``."""
+    draft_len: int = 0
+    accepted: int = 0
+    """Draft tokens accepted by verification (a prefix of the draft)."""
+    verified: int = 0
+    """Tokens read from a draft pass: the accepted ones after the first, and the token after them (the
+    first token always comes from the prompt pass, as in plain decoding)."""
+    near_ties: int = 0
+    """Verified tokens whose top-two logit gap was below the engine's ``near_tie``."""
+    gaps: list[float] = field(default_factory=list)
+    """Top-two logit gap of every emitted token (only with ``record_gaps``)."""
+
+    @property
+    def decoded(self) -> int:
+        """Tokens computed by decode steps (the first token comes from the prompt pass; verified ones
+        from draft passes)."""
+        return max(0, len(self.tokens) - 1 - self.verified)
+
+
+@dataclass
+class EngineStats:
+    """What one engine run computed (benchmarks compare it with the hardware's limits)."""
+
+    forward_passes: int = 0
+    prompt_tokens: int = 0
+    """Tokens of prompt (+ draft) passes, padding excluded."""
+    padded_tokens: int = 0
+    """Tokens of prompt (+ draft) passes, padding included."""
+    logit_rows: int = 0
+    """Positions the lm_head ran on."""
+    step_rows: list[int] = field(default_factory=list)
+    """Rows in each decode step."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_batch: int = 16
+    """Rows decoding at once."""
+    prefill_tokens: int = 4096
+    """Padded tokens per prompt/verification forward pass (a row longer than this goes alone)."""
+    max_padding: float = 0.1
+    """Share of a prompt pass's tokens that may be padding (rows of unlike length go to other passes)."""
+    first_chunk: int = 16
+    """Draft tokens verified in the first pass; the rest follow only if all of those are accepted."""
+    near_tie: float = NEAR_TIE
+    verify_logits: int = 64 * 1024 * 1024
+    """Logit floats per verification pass after the first (bounds its memory: rows x chunk x vocab)."""
+    record_gaps: bool = False
+    refill: int = 0
+    """Admit waiting rows once this many decode slots are free (0: max_batch // 8, at least 1)."""
+
+
+class EngineUnsupported(Exception):
+    """The model's cache or forward does not fit this engine (callers fall back to ``generate``)."""
+
+
+# --- the KV cache: preallocated per-layer buffers, appended in place -----------------------------
+
+def _cache_classes() -> tuple[type, type]:
+    from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+    class SlotLayer(DynamicLayer):
+        """A layer's keys/values in a ``[batch, heads, capacity, dim]`` buffer; ``length`` columns used."""
+
+        def __init__(self, capacity: int, keys: Any = None, values: Any = None, length: int = 0) -> None:
+            super().__init__()
+            self.capacity = capacity
+            self.length = length
+            self.kbuf, self.vbuf = keys, values
+            if keys is not None:
+                self.dtype, self.device = keys.dtype, keys.device
+                self.is_initialized = True
+                self.keys, self.values = keys[:, :, :length], values[:, :, :length]
+
+        def lazy_initialization(self, key_states: Any, value_states: Any) -> None:
+            b, h, _, d = key_states.shape
+            self.dtype, self.device = key_states.dtype, key_states.device
+            self.kbuf = key_states.new_zeros(b, h, self.capacity, d)
+            self.vbuf = value_states.new_zeros(b, value_states.shape[1], self.capacity, value_states.shape[3])
+            self.is_initialized = True
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            end = self.length + key_states.shape[-2]
+            if end > self.capacity:  # only if a caller under-sized it
+                self.reserve(max(end, 2 * self.capacity))
+            self.kbuf[:, :, self.length:end] = key_states
+            self.vbuf[:, :, self.length:end] = value_states
+            self.length = end
+            self.keys, self.values = self.kbuf[:, :, :end], self.vbuf[:, :, :end]
+            return self.keys, self.values
+
+        def reserve(self, capacity: int) -> None:
+            """Make room for ``capacity`` columns (copies only when the buffer is smaller)."""
+            if capacity > self.capacity:
+                import torch
+
+                grow = capacity - self.capacity
+                pad = lambda t: torch.cat([t, t.new_zeros(*t.shape[:2], grow, t.shape[3])], dim=2)  # noqa: E731
+                self.kbuf, self.vbuf = pad(self.kbuf), pad(self.vbuf)
+                self.capacity = capacity
+                self.keys, self.values = self.kbuf[:, :, :self.length], self.vbuf[:, :, :self.length]
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            return self.length + query_length, 0
+
+        def crop(self, tokens_to_remove: int) -> None:  # pragma: no cover - not used by the engine
+            raise NotImplementedError
+
+    class SlotCache(DynamicCache):
+        def __init__(self, layers: list[Any]) -> None:
+            Cache.__init__(self, layers=layers)
+
+    return SlotLayer, SlotCache
+
+
+# --- the engine ----------------------------------------------------------------------------------
+
+@dataclass
+class _Live:
+    """A row being generated: its result so far and where its cache is."""
+
+    index: int
+    result: RowResult
+    max_new: int
+    length: int = 0  # valid cache columns (prompt + tokens already fed)
+    pending: int = -1  # the token to feed next (already emitted)
+
+
+class GreedyEngine:
+    """Batched greedy decoding of :class:`Row` s on one Hugging Face causal LM (plain or verified)."""
+
+    def __init__(self, model: Any, pad_id: int | None, config: EngineConfig = EngineConfig(),
+                 autocast: Callable[[], Any] | None = None) -> None:
+        import torch
+
+        self.torch = torch
+        self.model = model
+        self.pad_id = int(pad_id) if pad_id is not None else 0
+        self.config = config
+        self.autocast = autocast or contextlib.nullcontext
+        self.device = next(model.parameters()).device
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        params = inspect.signature(base.forward).parameters
+        if "position_ids" not in params or "past_key_values" not in params:
+            raise EngineUnsupported(f"{type(base).__name__}.forward takes no position_ids/past_key_values")
+        self.keep_logits = "logits_to_keep" in params
+        text_config = base.config.get_text_config(decoder=True) if hasattr(base.config, "get_text_config") else base.config
+        layer_types = getattr(text_config, "layer_types", None)
+        if layer_types and any(t != "full_attention" for t in layer_types):
+            raise EngineUnsupported(f"{type(base).__name__} has {sorted(set(layer_types) - {'full_attention'})} layers")
+        if getattr(text_config, "sliding_window", None) and getattr(text_config, "use_sliding_window", True):
+            raise EngineUnsupported(f"{type(base).__name__} uses a sliding window")
+        self.n_layers = int(getattr(text_config, "num_hidden_layers"))
+        self.vocab = int(getattr(text_config, "vocab_size", 0) or 0) or 32000
+        self.SlotLayer, self.SlotCache = _cache_classes()
+        self.stats = EngineStats()
+
+    # -- public ------------------------------------------------------------------------------
+
+    def run(self, rows: Sequence[Row], on_done: Callable[[int, RowResult], None] | None = None) -> list[RowResult]:
+        """Generate every row; results in the order of ``rows``. ``on_done(index, result)`` is called as
+        each row finishes (for progress displays)."""
+        results: list[RowResult | None] = [None] * len(rows)
+        for i, row in enumerate(rows):
+            if row.max_new <= 0 or not row.prompt:
+                results[i] = RowResult(draft_len=len(row.draft), finish="length")
+        order = sorted((i for i in range(len(rows)) if results[i] is None),
+                       key=lambda i: -(len(rows[i].prompt) + len(rows[i].draft)))
+        waiting = deque(order)
+        batch = _Batch(self)
+        refill = self.config.refill or max(1, self.config.max_batch // 8)
+        with self.torch.inference_mode(), self.autocast():
+            while waiting or batch.rows:
+                free = self.config.max_batch - len(batch.rows)
+                if waiting and (not batch.rows or free >= min(refill, len(waiting))):
+                    take = [waiting.popleft() for _ in range(min(free, len(waiting)))]
+                    finished = batch.admit([(i, rows[i]) for i in take])
+                else:
+                    finished = batch.step(rows)
+                for done in finished:
+                    results[done.index] = done.result
+                    if on_done is not None:
+                        on_done(done.index, done.result)
+        return [r if r is not None else RowResult() for r in results]
+
+    # -- helpers used by _Batch ----------------------------------------------------------------
+
+    def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any, keep: int,
+                step: bool = False) -> Any:
+        """Logits of the last ``keep`` positions, [batch, keep, vocab] (float32)."""
+        stats = self.stats
+        stats.forward_passes += 1
+        if step:
+            stats.step_rows.append(int(input_ids.shape[0]))
+        else:
+            stats.prompt_tokens += int(attention_mask[:, -input_ids.shape[1]:].sum())
+            stats.padded_tokens += int(input_ids.numel())
+        stats.logit_rows += int(input_ids.shape[0]) * keep
+        kwargs: dict[str, Any] = {"logits_to_keep": keep} if self.keep_logits else {}
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=cache, use_cache=True, **kwargs)
+        logits = out.logits
+        if logits.shape[1] > keep:
+            logits = logits[:, -keep:]
+        return logits.float()
+
+    def pick(self, logits: Any, with_gaps: bool = True) -> tuple[list[list[int]], list[list[float]]]:
+        """Argmax and (``with_gaps``) top-two gap of every position: ([rows][positions], same)."""
+        best = logits.argmax(dim=-1)  # the same tie-breaking as generate's greedy argmax
+        if not with_gaps:
+            return best.tolist(), []
+        top = self.torch.topk(logits, 2, dim=-1)
+        return best.tolist(), (top.values[..., 0] - top.values[..., 1]).tolist()
+
+
+class _Batch:
+    """The decode batch: live rows and their KV cache, right-aligned at column ``T`` (left padding)."""
+
+    def __init__(self, engine: GreedyEngine) -> None:
+        self.e = engine
+        self.torch = engine.torch
+        self.rows: list[_Live] = []
+        self.T = 0
+        self.mask: Any = None  # [B, capacity] long
+        self.layers: list[Any] = []
+
+    # -- admission: prompt (+ draft) forward passes --------------------------------------------
+
+    def admit(self, rows: list[tuple[int, Row]]) -> list[_Live]:
+        """Prompt passes for ``rows`` (groups of like length), then draft passes for every row whose first
+        token matched its draft (all of them together), then the survivors join the decode batch."""
+        finished: list[_Live] = []
+        joining: list[tuple[_Live, Any, int, int]] = []  # live row, layers, row in them, first column
+        drafting: list[tuple[_Live, Row, Any, int, int]] = []
+        for group in self._groups(rows):
+            self._prompt_pass(group, finished, joining, drafting)
+        if drafting:
+            self._draft_passes(drafting, finished, joining)
+        if joining:
+            self._merge(joining)
+        return finished
+
+    def _groups(self, rows: list[tuple[int, Row]]) -> Iterator[list[tuple[int, Row]]]:
+        """Consecutive rows (longest first) per prompt pass: at most ``prefill_tokens`` padded tokens,
+        and at most ``max_padding`` of them padding."""
+        budget, share = self.e.config.prefill_tokens, self.e.config.max_padding
+        group: list[tuple[int, Row]] = []
+        longest = real = 0
+        for item in rows:  # already longest first
+            length = len(item[1].prompt)
+            top = max(longest, length)
+            padded = top * (len(group) + 1)
+            if group and (padded > budget or padded - real - length > share * padded):
+                yield group
+                group, longest, real, top = [], 0, 0, length
+            group.append(item)
+            longest, real = top, real + length
+        if group:
+            yield group
+
+    def _prompt_pass(self, group: list[tuple[int, Row]], finished: list[_Live],
+                     joining: list[tuple[_Live, Any, int, int]], drafting: list[tuple[_Live, Row, Any, int, int]]) -> None:
+        """The group's prompts in one pass — exactly the plain path's prompt pass, so every row's first
+        token is plain decoding's. Rows go to ``finished``, ``joining`` (decode from here) or ``drafting``
+        (the first token matched the draft: check the rest), with where their cache is."""
+        torch, e = self.torch, self.e
+        L = max(len(row.prompt) for _, row in group)
+        ids = torch.full((len(group), L), e.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(group), L), dtype=torch.long)
+        for r, (_, row) in enumerate(group):
+            ids[r, L - len(row.prompt):] = torch.tensor(list(row.prompt), dtype=torch.long)
+            mask[r, L - len(row.prompt):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = e.SlotCache([e.SlotLayer(L) for _ in range(e.n_layers)])
+        logits = e.forward(ids.to(e.device), mask.to(e.device), positions.to(e.device), cache, 1)
+        best, gaps = e.pick(logits, with_gaps=e.config.record_gaps)
+        del logits
+        for r, (i, row) in enumerate(group):
+            live = _Live(index=i, result=RowResult(draft_len=len(row.draft)), max_new=row.max_new)
+            state = self._verify(live, row, [(best[r][0], gaps[r][0] if gaps else 0.0)], verified=False)
+            where = (cache.layers, r, L - len(row.prompt))
+            if state == "done":
+                finished.append(live)
+            elif state == "more":
+                drafting.append((live, row, *where))
+            else:
+                live.length = len(row.prompt)
+                joining.append((live, *where))
+
+    def _draft_passes(self, drafting: list[tuple[_Live, Row, Any, int, int]], finished: list[_Live],
+                      joining: list[tuple[_Live, Any, int, int]]) -> None:
+        """The drafts of every row whose tokens have all matched so far, a chunk per pass (a first
+        ``first_chunk`` probe, then the rest within the logits budget), on one cache that holds each
+        row's prompt right-aligned (copied from its prompt pass)."""
+        torch, e = self.torch, self.e
+        lives = [d[0] for d in drafting]
+        rows = [d[1] for d in drafting]
+        T = max(len(row.prompt) for row in rows)
+        cap = T + min(max(len(row.draft) for row in rows), e.config.first_chunk)
+        layers = []
+        for li in range(e.n_layers):
+            src = drafting[0][2][li]
+            k = src.kbuf.new_zeros(len(rows), src.kbuf.shape[1], cap, src.kbuf.shape[3])
+            v = src.vbuf.new_zeros(len(rows), src.vbuf.shape[1], cap, src.vbuf.shape[3])
+            for j, (_, row, group_layers, r, start) in enumerate(drafting):
+                n = len(row.prompt)
+                k[j, :, T - n:T] = group_layers[li].kbuf[r, :, start:start + n]
+                v[j, :, T - n:T] = group_layers[li].vbuf[r, :, start:start + n]
+            layers.append(e.SlotLayer(cap, k, v, length=T))
+        mask = torch.zeros((len(rows), T), dtype=torch.long)
+        for j, row in enumerate(rows):
+            mask[j, T - len(row.prompt):] = 1
+        starts = [T - len(row.prompt) for row in rows]
+        fed = [0] * len(rows)  # draft tokens in the cache
+        members, again = list(range(len(rows))), list(range(len(rows)))
+        chunk = e.config.first_chunk
+        while again:
+            sel = [members.index(r) for r in again]
+            layers, mask = self._select(layers, mask, sel)
+            members, todo, again = again, again, []
+            C = min(max(len(rows[r].draft) - fed[r] for r in todo), chunk)
+            chunk = self._chunk(len(todo))  # the first chunk probes; the next ones take the rest
+            width = mask.shape[1]
+            ids = torch.full((len(todo), C), e.pad_id, dtype=torch.long)
+            cmask = torch.zeros((len(todo), C), dtype=torch.long)
+            for j, r in enumerate(todo):
+                c = list(rows[r].draft[fed[r]:fed[r] + C])
+                ids[j, :len(c)] = torch.tensor(c, dtype=torch.long)
+                cmask[j, :len(c)] = 1
+            mask = torch.cat([mask, cmask], dim=1)
+            start = torch.tensor([len(rows[r].prompt) + fed[r] for r in todo], dtype=torch.long)
+            positions = start[:, None] + torch.arange(C)[None, :]
+            for layer in layers:  # room for this chunk
+                layer.reserve(width + C)
+            cache = e.SlotCache(layers)
+            logits = e.forward(ids.to(e.device), mask.to(e.device), positions.to(e.device), cache, C)
+            best, gaps = e.pick(logits)
+            del logits
+            for j, r in enumerate(todo):
+                n = int(cmask[j].sum())
+                fed[r] += n
+                live, row = lives[r], rows[r]
+                state = self._verify(live, row, list(zip(best[j][:n], gaps[j][:n])), verified=True)
+                if state == "done":
+                    finished.append(live)
+                elif state == "more":
+                    again.append(r)
+                else:
+                    live.length = len(row.prompt) + live.result.accepted
+                    joining.append((live, layers, j, starts[r]))
+
+    def _chunk(self, rows: int) -> int:
+        """Draft tokens per verification pass after the first: logits stay within ``verify_logits``."""
+        return max(8, self.e.config.verify_logits // max(1, rows * self.e.vocab))
+
+    def _select(self, layers: list[Any], mask: Any, sel: list[int]) -> tuple[list[Any], Any]:
+        if sel == list(range(mask.shape[0])):
+            return layers, mask
+        dsel = self.torch.tensor(sel, dtype=self.torch.long, device=self.e.device)
+        return ([self.e.SlotLayer(layer.capacity, layer.kbuf.index_select(0, dsel), layer.vbuf.index_select(0, dsel),
+                                  length=layer.length) for layer in layers],
+                mask.index_select(0, self.torch.tensor(sel, dtype=self.torch.long)))
+
+    def _verify(self, live: _Live, row: Row, preds: list[tuple[int, float]], verified: bool) -> str:
+        """Walk the predictions for the row's next generated positions (from ``len(tokens)`` on);
+        ``verified``: they come from a draft pass (else from the prompt pass, as in plain decoding).
+
+        Returns ``done`` (the row stopped), ``more`` (every draft token so far accepted and the draft
+        goes on beyond this pass) or ``decode`` (the row continues by decode steps from ``pending``)."""
+        res, tol, record = live.result, self.e.config.near_tie, self.e.config.record_gaps
+        draft = row.draft
+        for j, (token, gap) in enumerate(preds, start=len(res.tokens)):
+            if j < len(draft) and j == len(res.tokens) and token == draft[j] and j == res.accepted:
+                res.accepted += 1
+            res.tokens.append(token)
+            if record:
+                res.gaps.append(gap)
+            if verified:  # read from a draft pass, not computed the way plain decoding computes it
+                res.verified += 1
+                if gap < tol:
+                    res.near_ties += 1
+            reason = row.stopper.push(token)
+            if reason is None and len(res.tokens) >= row.max_new:
+                reason = "length"
+            if reason is not None:
+                res.finish = reason
+                return "done"
+            if res.accepted < len(res.tokens):  # diverged here: this token is the model's own choice
+                live.pending = token
+                return "decode"
+        # every prediction matched a draft token, and the draft goes on beyond this pass
+        assert res.accepted == len(res.tokens) <= len(draft)
+        return "more"
+
+    # -- the decode batch --------------------------------------------------------------------
+
+    def _merge(self, joining: list[tuple[_Live, Any, int, int]]) -> None:
+        """Copy the live rows and the joining rows into new right-aligned buffers sized for the rest."""
+        torch, e = self.torch, self.e
+        lengths = [live.length for live, *_ in joining]
+        T = max([self.T, *lengths])
+        old = len(self.rows)
+        # each row appends at most (budget - emitted) more columns: no buffer ever grows
+        cap = T + max(live.max_new - len(live.result.tokens) for live in [*self.rows, *(j[0] for j in joining)]) + 1
+        B = old + len(joining)
+        new_layers = []
+        for li in range(e.n_layers):
+            src = joining[0][1][li]
+            k = src.kbuf.new_zeros(B, src.kbuf.shape[1], cap, src.kbuf.shape[3])
+            v = src.vbuf.new_zeros(B, src.vbuf.shape[1], cap, src.vbuf.shape[3])
+            if old:
+                k[:old, :, T - self.T:T] = self.layers[li].kbuf[:, :, :self.T]
+                v[:old, :, T - self.T:T] = self.layers[li].vbuf[:, :, :self.T]
+            for j, (live, layers, r, start) in enumerate(joining):
+                n = live.length
+                k[old + j, :, T - n:T] = layers[li].kbuf[r, :, start:start + n]
+                v[old + j, :, T - n:T] = layers[li].vbuf[r, :, start:start + n]
+            new_layers.append(e.SlotLayer(cap, k, v, length=T))
+        mask = torch.zeros((B, cap), dtype=torch.long)
+        if old:
+            mask[:old, T - self.T:T] = self.mask[:, :self.T]
+        for j, n in enumerate(lengths):
+            mask[old + j, T - n:T] = 1
+        self.layers, self.mask, self.T = new_layers, mask, T
+        self.rows.extend(live for live, *_ in joining)
+
+    def step(self, rows: Sequence[Row]) -> list[_Live]:
+        """One decode step for every live row; rows that stop leave the batch."""
+        torch, e = self.torch, self.e
+        T = self.T
+        ids = torch.tensor([[live.pending] for live in self.rows], dtype=torch.long)
+        positions = torch.tensor([[len(rows[live.index].prompt) + len(live.result.tokens) - 1]
+                                  for live in self.rows], dtype=torch.long)
+        self.mask[:, T] = 1
+        cache = e.SlotCache(self.layers)
+        logits = e.forward(ids.to(e.device), self.mask[:, :T + 1].to(e.device), positions.to(e.device), cache, 1,
+                           step=True)
+        self.T = T + 1
+        record = e.config.record_gaps
+        best, gaps = e.pick(logits, with_gaps=record)
+        finished, keep = [], []
+        for b, live in enumerate(self.rows):
+            token = best[b][0]
+            res, row = live.result, rows[live.index]
+            res.tokens.append(token)
+            if record:
+                res.gaps.append(gaps[b][0])
+            live.length += 1
+            reason = row.stopper.push(token)
+            if reason is None and len(res.tokens) >= row.max_new:
+                reason = "length"
+            if reason is not None:
+                res.finish = reason
+                finished.append(live)
+            else:
+                live.pending = token
+                keep.append(b)
+        if finished:
+            self._compact(keep)
+        return finished
+
+    def _compact(self, keep: list[int]) -> None:
+        """Drop finished rows (and columns no remaining row uses)."""
+        torch = self.torch
+        self.rows = [self.rows[b] for b in keep]
+        if not keep:
+            self.layers, self.mask, self.T = [], None, 0
+            return
+        first = self.T - max(live.length for live in self.rows)
+        sel = torch.tensor(keep, dtype=torch.long)
+        dsel = sel.to(self.e.device)
+        layers = []
+        for layer in self.layers:
+            k = layer.kbuf.index_select(0, dsel)[:, :, first:].contiguous()
+            v = layer.vbuf.index_select(0, dsel)[:, :, first:].contiguous()
+            layers.append(self.e.SlotLayer(layer.capacity - first, k, v, length=self.T - first))
+        self.layers = layers
+        self.mask = self.mask.index_select(0, sel)[:, first:].contiguous()
+        self.T -= first

@@ -1,0 +1,61 @@
+"""A view's generation record: how its tokens were obtained (the ``generation`` block of its provenance).
+
+``ToolfidHFLM`` leaves a small dict on each request (``Instance.toolfid_generation``); the task sums
+them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.generation``:
+
+- ``engine``: ``toolfid`` (the greedy engine), ``generate`` (transformers' generate, with the
+  reason), or ``not recorded`` (another LM class: lm-eval's HFLM, vLLM);
+- ``verify`` and ``rows_verified``: whether the view checked the base's answers, and for how many
+  cases it had one (``draft_sources``: ``session`` = the base view of the same process, exact token
+  ids; ``reference`` = the stored base reference's text, re-tokenized);
+- ``tokens`` = one first token per case (read from its prompt pass, in every mode) +
+  ``tokens_verified`` (read from passes over the draft: the accepted ones and the token after them)
+  + ``tokens_decoded`` (one decode step each); ``tokens_accepted``: draft tokens the adapter's own
+  argmax confirmed; ``rows_answered_by_verification``: cases that needed no decode step at all;
+- ``near_tie_tokens`` / ``near_tie_cases``: verified tokens whose top-two logit gap was below
+  ``near_tie_tolerance`` (where parallel and step-by-step rounding could pick differently);
+- ``decode_batch`` and ``oom_halvings``: the batch that ran, and how often it was halved for memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any, Iterable
+
+from lm_eval_toolfid.runtime.decoding import NEAR_TIE
+
+
+def summarize_generation(infos: Iterable[Any], verify: bool = True) -> dict[str, Any]:
+    """Sum the per-request records of one view (requests without one are not counted)."""
+    rows = [i for i in infos if isinstance(i, dict)]
+    out: dict[str, Any] = {"verify": bool(verify)}
+    if not rows:
+        out["engine"] = "not recorded"
+        return out
+    ours = [r for r in rows if r.get("engine") == "toolfid"]
+    others = [r for r in rows if r.get("engine") != "toolfid"]
+    out["engine"] = "toolfid" if not others else ("generate" if not ours else "mixed")
+    out["rows"] = len(rows)
+    if others:
+        out["generate_rows"] = len(others)
+        out["generate_reason"] = next((r.get("reason") for r in others if r.get("reason")), None)
+    if ours:
+        drafted = [r for r in ours if r.get("draft_tokens")]
+        out.update(
+            rows_verified=len(drafted),
+            draft_sources=dict(Counter(r.get("draft_source") for r in drafted)),
+            rows_answered_by_verification=sum(1 for r in drafted if not r.get("decoded")),
+            tokens=sum(r.get("tokens", 0) for r in ours),
+            tokens_accepted=sum(r.get("accepted", 0) for r in ours),
+            tokens_verified=sum(r.get("verified", 0) for r in drafted),
+            tokens_decoded=sum(r.get("decoded", 0) for r in ours),
+            near_tie_tolerance=NEAR_TIE,
+            near_tie_tokens=sum(r.get("near_ties", 0) for r in drafted),
+            near_tie_cases=sum(1 for r in drafted if r.get("near_ties")),
+            decode_batch=max(r.get("decode_batch", 0) for r in ours),
+            oom_halvings=max(r.get("oom_halvings", 0) for r in ours),
+        )
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        out["scope"] = "this rank's requests only"
+    return out

@@ -1,0 +1,281 @@
+"""The greedy engine (runtime/decoding.py) on the bundled fixture model and its three adapters.
+
+Exactness is the contract: the engine's plain path gives ``generate``'s tokens; verification of a
+draft (the base's tokens, a wrong draft, a cut one) gives the plain path's tokens, case by case,
+whatever the batch, chunk and prefill sizes. Then the same through ``toolfid run`` (verified vs
+``verify: false``) and the two-run ``lm_eval`` flow (``toolfid lm-eval``, drafts from the stored
+reference).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MAX_NEW = 96
+UNTIL = ["\n###"]
+
+
+@pytest.fixture(scope="module")
+def fixture_model() -> dict[str, Any]:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+    from lm_eval_toolfid.cases.load import load_cases
+    from lm_eval_toolfid.prompts.prompter import render_prompt
+    from lm_eval_toolfid.prompts.settings import PromptSettings
+
+    torch.set_num_threads(1)
+    paths = fixture_paths()
+    tok = AutoTokenizer.from_pretrained(paths["base"])
+    model = AutoModelForCausalLM.from_pretrained(paths["base"])
+    names = list(paths["adapters"])
+    model = PeftModel.from_pretrained(model, paths["adapters"][names[0]], adapter_name=names[0])
+    for name in names[1:]:
+        model.load_adapter(paths["adapters"][name], adapter_name=name)
+    model.eval()
+    cases = load_cases("fixture")
+    # zero-demo prompts (what the fixture was trained on) and one-demo prompts (longer, other outputs)
+    prompts = [render_prompt(c, PromptSettings(demos=d)) for d in (0, 1) for c in cases]
+    return {"model": model, "tok": tok, "prompts": prompts, "adapters": names}
+
+
+def _rows(fx: dict[str, Any], drafts: list[list[int]] | None = None, call_end: bool = True) -> list[Any]:
+    from lm_eval_toolfid.runtime.decoding import Row
+    from lm_eval_toolfid.runtime.hflm import eos_token_ids
+    from lm_eval_toolfid.runtime.stopping import RowStopper
+
+    tok = fx["tok"]
+    eos = eos_token_ids(fx["model"], tok)
+    return [Row(prompt=tok(p)["input_ids"], max_new=MAX_NEW, draft=drafts[i] if drafts else (),
+                stopper=RowStopper(tok, eos, UNTIL, MAX_NEW, call_end=call_end))
+            for i, p in enumerate(fx["prompts"])]
+
+
+def _engine(fx: dict[str, Any], **config: Any) -> Any:
+    from lm_eval_toolfid.runtime.decoding import EngineConfig, GreedyEngine
+
+    return GreedyEngine(fx["model"], fx["tok"].pad_token_id, EngineConfig(**config))
+
+
+def _view(fx: dict[str, Any], name: str | None) -> Any:
+    import contextlib
+
+    if name is None:
+        return fx["model"].disable_adapter()
+    fx["model"].set_adapter(name)
+    return contextlib.nullcontext()
+
+
+def _generate(fx: dict[str, Any], call_end: bool, batch: int = 8) -> list[list[int]]:
+    """Today's path: transformers' generate, left-padded batches, the per-row call-end criterion."""
+    import torch
+    from transformers import StoppingCriteriaList
+
+    from lm_eval_toolfid.runtime.stopping import make_stopping_criteria
+
+    tok, model = fx["tok"], fx["model"]
+    tok.padding_side = "left"
+    out = []
+    for b in range(0, len(fx["prompts"]), batch):
+        enc = tok(fx["prompts"][b:b + batch], return_tensors="pt", padding=True)
+        criteria = StoppingCriteriaList(
+            [make_stopping_criteria(tok, enc.input_ids.shape[1], enc.input_ids.shape[0], UNTIL)] if call_end else [])
+        with torch.no_grad():
+            gen = model.generate(**enc, max_new_tokens=MAX_NEW, do_sample=False, stopping_criteria=criteria,
+                                 pad_token_id=tok.pad_token_id)
+        out.extend(gen[:, enc.input_ids.shape[1]:].tolist())
+    return out
+
+
+@pytest.mark.parametrize("view", [None, "faithful", "hallucinating", "broken"])
+@pytest.mark.parametrize("call_end", [True, False])
+def test_plain_engine_gives_generates_tokens(fixture_model: dict, view: str | None, call_end: bool) -> None:
+    """Engine (continuous batching, rows leaving, in-place cache) == transformers' generate, per case."""
+    with _view(fixture_model, view):
+        ours = _engine(fixture_model, max_batch=8).run(_rows(fixture_model, call_end=call_end))
+        theirs = _generate(fixture_model, call_end)
+    eos = set(_rows(fixture_model)[0].stopper.eos_ids)
+    for i, (r, g) in enumerate(zip(ours, theirs)):
+        assert r.tokens == g[:len(r.tokens)], f"case {i}: engine {r.tokens[:20]} vs generate {g[:20]}"
+        rest = g[len(r.tokens):]
+        if r.finish == "eos":  # generate stopped there too: only padding follows
+            assert set(rest) <= {fixture_model["tok"].pad_token_id}, i
+        assert r.finish in ("eos", "stop", "length")
+        assert r.finish != "length" or len(r.tokens) == MAX_NEW
+    assert all(r.tokens[-1] in eos for r in ours if r.finish == "eos")
+    if call_end and view != "broken":  # most calls end well before the budget
+        assert sum(r.finish == "stop" for r in ours) > len(ours) // 2
+
+
+@pytest.fixture(scope="module")
+def base_tokens(fixture_model: dict) -> list[list[int]]:
+    with _view(fixture_model, None):
+        return [r.tokens for r in _engine(fixture_model, max_batch=16).run(_rows(fixture_model))]
+
+
+SCHEDULES = [  # (engine config, the drafts it is tried with)
+    ({"max_batch": 8}, ("base", "cut", "random", "own")),
+    ({"max_batch": 3, "first_chunk": 2, "verify_logits": 5 * 1729, "prefill_tokens": 300}, ("base", "cut")),
+    ({"max_batch": 64, "first_chunk": 1, "verify_logits": 1, "refill": 1}, ("base", "random")),  # 8-token chunks
+    ({"max_batch": 1, "prefill_tokens": 1}, ("base",)),  # one row at a time
+]
+
+
+@pytest.mark.parametrize("view", ["faithful", "hallucinating", "broken"])
+def test_verified_equals_plain_for_every_adapter_and_schedule(fixture_model: dict, base_tokens: list, view: str) -> None:
+    """Verifying the base's tokens (right, cut, or wrong drafts) never changes an adapter's output."""
+    rng = random.Random(0)
+    with _view(fixture_model, view):
+        plain = [r.tokens for r in _engine(fixture_model, max_batch=1).run(_rows(fixture_model))]
+        drafts = {
+            "base": base_tokens,
+            "cut": [d[:rng.randint(0, len(d))] for d in base_tokens],
+            "random": [[rng.randrange(1, 1700) for _ in range(6)] for _ in base_tokens],
+            "own": plain,  # the adapter's own answer: every row is answered by verification alone
+        }
+        for config, kinds in SCHEDULES:
+            for kind in kinds:
+                out = _engine(fixture_model, **config).run(_rows(fixture_model, drafts[kind]))
+                differ = [i for i, (r, p) in enumerate(zip(out, plain)) if r.tokens != p]
+                assert not differ, f"{view} {kind} {config}: cases {differ[:5]} differ"
+                if kind == "own":
+                    assert all(r.decoded == 0 and r.accepted == len(r.tokens) for r in out)
+
+
+def test_acceptance_follows_how_close_the_adapter_is(fixture_model: dict, base_tokens: list) -> None:
+    rates = {}
+    for view in fixture_model["adapters"]:
+        with _view(fixture_model, view):
+            out = _engine(fixture_model, max_batch=8).run(_rows(fixture_model, base_tokens))
+        rates[view] = sum(r.accepted for r in out) / sum(len(r.tokens) for r in out)
+        assert all(r.verified in (r.accepted - 1, r.accepted) or r.verified == r.accepted == 0 for r in out)
+        assert all(1 + r.verified + r.decoded == len(r.tokens) for r in out)
+    assert rates["faithful"] > rates["hallucinating"] > rates["broken"]
+    assert rates["broken"] == 0.0
+    with _view(fixture_model, None):  # the base verifying itself: every token accepted, nothing decoded
+        out = _engine(fixture_model, max_batch=8).run(_rows(fixture_model, base_tokens))
+    assert all(r.tokens == b and r.decoded == 0 for r, b in zip(out, base_tokens))
+
+
+# --- through toolfid run and the lm_eval flow ----------------------------------------------------
+
+def _generations(view: Any) -> dict[str, str]:
+    return {s["doc"]["id"]: s["resps"][0][0] for s in view.samples}
+
+
+def _generation_record(results: dict, task: str = "tool_use_fidelity_fixture") -> dict:
+    return results["configs"][task]["metadata"]["toolfid"]["generation"]
+
+
+def test_toolfid_run_verified_views_equal_unverified_ones(toolfid_home: Path, tmp_path: Path) -> None:
+    """The same adapter views with and without verification: identical generations and records;
+    the provenance says which views were verified and how their tokens were obtained."""
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+    from lm_eval_toolfid.runtime.views import run_views
+
+    paths = fixture_paths()
+    adapters = dict(paths["adapters"])
+    base_v, verified = run_views(paths["base"], adapters, "tool_use_fidelity_fixture", {}, batch_size=8,
+                                 out_dir=tmp_path / "verified")
+    base_p, plain = run_views(paths["base"], adapters, "tool_use_fidelity_fixture", {"verify": False},
+                              batch_size=8, out_dir=tmp_path / "plain")
+    assert _generations(base_v) == _generations(base_p)
+    n = len(base_v.samples)  # every fixture case
+    assert n == len(_generations(base_v)) >= 48
+    for v, p in zip(verified, plain):
+        assert _generations(v) == _generations(p), v.label
+        assert v.results["results"] == p.results["results"], v.label
+        rec, prec = _generation_record(v.results), _generation_record(p.results)
+        assert rec["engine"] == prec["engine"] == "toolfid"
+        assert rec["verify"] is True and rec["rows_verified"] == rec["rows"] == n
+        assert rec["draft_sources"] == {"session": n}
+        assert rec["tokens"] == prec["tokens"] == rec["tokens_verified"] + rec["tokens_decoded"] + rec["rows"]
+        assert prec["verify"] is False and prec["rows_verified"] == 0 and prec["tokens_decoded"] + n == prec["tokens"]
+        assert rec["near_tie_tokens"] == 0  # the fixture's logits never nearly tie at these positions
+    by = {v.label: _generation_record(v.results) for v in verified}
+    assert by["faithful"]["rows_answered_by_verification"] > 0
+    assert by["broken"]["tokens_accepted"] == 0
+    base_rec = _generation_record(base_v.results)
+    assert base_rec["rows_verified"] == 0 and base_rec["tokens_decoded"] + n == base_rec["tokens"]
+
+
+def test_two_run_lm_eval_flow_verifies_from_the_stored_reference(tmp_path: Path) -> None:
+    """``toolfid lm-eval --model hf``: the adapter run finds the base reference at build time and
+    verifies its text; generations equal the same run with verify false."""
+    import os
+    import subprocess
+    import sys
+
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+
+    paths = fixture_paths()
+    home = tmp_path / "home"
+    env = dict(os.environ, TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    toolfid = str(Path(sys.executable).parent / "toolfid")
+
+    def run(model_args: str, out: str, meta: dict | None = None) -> tuple[dict, dict[str, str]]:
+        cmd = [toolfid, "lm-eval", "--tasks", "tool_use_fidelity_fixture", "--model", "hf", "--model_args",
+               model_args, "--output_path", str(tmp_path / out), "--log_samples", "--batch_size", "16",
+               "--device", "cpu", "--limit", "24"]
+        if meta:
+            cmd += ["--metadata", json.dumps(meta)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results = json.loads(sorted((tmp_path / out).rglob("results_*.json"))[-1].read_text())
+        samples = [json.loads(line) for line in
+                   sorted((tmp_path / out).rglob("samples_*.jsonl"))[-1].read_text().splitlines() if line]
+        return results, {s["doc"]["id"]: s["resps"][0][0] for s in samples}
+
+    base, _ = run(f"pretrained={paths['base']}", "base")
+    assert base["config"]["model"] == "toolfid-hf"
+    assert _generation_record(base)["engine"] == "toolfid"
+    adapter = f"pretrained={paths['base']},peft={paths['adapters']['faithful']}"
+    verified, gen_v = run(adapter, "verified")
+    plain, gen_p = run(adapter, "plain", {"verify": False})
+    assert gen_v == gen_p
+    rec = _generation_record(verified)
+    assert rec["draft_sources"] == {"reference": 24} and rec["tokens_accepted"] > 0
+    assert _generation_record(plain)["rows_verified"] == 0
+    assert verified["results"] == plain["results"]
+    meta = verified["configs"]["tool_use_fidelity_fixture"]["metadata"]["toolfid"]
+    assert meta["pairing"].startswith("reference store")
+
+
+def test_settings_the_engine_does_not_apply_go_through_generate(toolfid_home: Path) -> None:
+    """A generation config with a logits processor (HF applies repetition_penalty to greedy decoding
+    too): the view goes through transformers' generate in lm-eval's batches, says so in its record,
+    and answers exactly as lm-eval's own HFLM does."""
+    import lm_eval.evaluator
+    import torch
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    from lm_eval_toolfid.cases.bundled import fixture_paths, tasks_path
+    from lm_eval_toolfid.formats.call_end import truncate_call
+    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+
+    torch.set_num_threads(1)
+    lm_eval.evaluator.get_git_commit_hash = lambda: None
+    base, task = fixture_paths()["base"], "tool_use_fidelity_fixture"
+
+    def view(lm: Any) -> tuple[dict, dict[str, str]]:
+        lm.model.generation_config.repetition_penalty = 1.3
+        manager = TaskManager(include_path=str(tasks_path()), include_defaults=False,
+                              metadata={"pretrained": base, "write_reference": False})
+        out = simple_evaluate(model=lm, model_args={"pretrained": base}, tasks=[task], task_manager=manager,
+                              log_samples=True, bootstrap_iters=0, limit=16)
+        return out, {s["doc"]["id"]: s["resps"][0][0] for s in out["samples"][task]}
+
+    ours, got = view(ToolfidHFLM(pretrained=base, batch_size=8, device="cpu"))
+    _, want = view(HFLM(pretrained=base, batch_size=8, device="cpu"))
+    assert {k: truncate_call(v) for k, v in got.items()} == {k: truncate_call(v) for k, v in want.items()}
+    record = _generation_record(ours)
+    assert record["engine"] == "generate" and "repetition_penalty" in record["generate_reason"]
