@@ -51,12 +51,16 @@ def verification_note(rows: list[Any]) -> str:
             ties.append(f"{row.label} {gen['near_tie_tokens']} token(s) in {gen['near_tie_cases']} case(s)")
     if not parts:
         return ""
-    text = "verified against the base's answers (share of tokens accepted): " + ", ".join(parts)
+    import shutil
+    import textwrap
+
+    width = max(40, shutil.get_terminal_size((120, 24)).columns - 1)
+    paragraphs = ["verified against the base's answers (share of tokens accepted): " + ", ".join(parts)]
     if ties:
-        text += (f"\nnear ties (top-two logit gap < {tol:g}, where "
-                 "verified and decoded arithmetic could pick differently): " + "; ".join(ties)
-                 + " — compare with --no-verify")
-    return text
+        paragraphs.append(f"near ties (top-two logit gap < {tol:g}, where verified and decoded arithmetic could "
+                          "pick differently): " + "; ".join(ties) + " — compare with --no-verify")
+    return "\n".join(textwrap.fill(p, width=width, subsequent_indent="    ", break_on_hyphens=False)
+                     for p in paragraphs)
 
 
 def _resume_hint(args: argparse.Namespace, out: Path) -> str:
