@@ -22,62 +22,27 @@ from typing import Any
 
 import pytest
 
-from .qwen_model import qwen_dir
-
 pytestmark = pytest.mark.slow
 N_CASES = 3
 MAX_NEW = 40
-SEED = 0
 
 
-PROSE = ("The river bends slowly past the old mill, where swallows nest under the eaves every spring.",
-         "She poured the tea, watched the steam curl, and said nothing for a long while.",
-         "In winter the harbour freezes at the edges and the fishing boats stay tied up for weeks.",
-         "A good loaf needs time: flour, water, salt, and a patient night in a cool kitchen.")
+PROSE = "The river bends slowly past the old mill, where swallows nest under the eaves every spring.<|im_end|>"
+OTHER_CALL = 'lookup_record", "arguments": {"query": "everything"}}'
 
 
-def _trained_lora(base: Path, prompts: list[str], tok: Any, kind: str) -> Path:
-    """A LoRA trained for a few CPU steps on other cases' prompts (cached by kind and seed):
-
-    - ``trained``: answers that call another tool, three steps, the update then scaled to a quarter
-      (it changes some answers, not all);
-    - ``prose``: answers in prose, eight steps (it breaks every answer from the first token)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    from lm_eval_toolfid.core.fsutil import toolfid_home
-
-    target = toolfid_home() / "test-adapters" / f"qwen-{kind}-seed{SEED}-v2"
-    if (target / "adapter_model.safetensors").is_file():
-        return target
-    torch.manual_seed(SEED)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
-                           LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
-    if kind == "trained":
-        answers = ['<tool_call>\n{"name": "lookup_record", "arguments": {"query": "everything"}}\n</tool_call>'] * 4
-        steps, lr, scale = 3, 1e-3, 0.25
-    else:
-        answers, steps, lr, scale = list(PROSE), 8, 2e-3, 1.0
-    tok.padding_side = "right"
-    batch = tok([p + a + tok.eos_token for p, a in zip(prompts, answers)], return_tensors="pt", padding=True)
-    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
-    model.train()
-    for _ in range(steps):
-        model(**batch, labels=labels).loss.backward()
-        optim.step()
-        optim.zero_grad()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.mul_(scale)
-    model.save_pretrained(target)
-    return target
+def _common_prefix(texts: list[str]) -> str:
+    prefix = texts[0]
+    for t in texts[1:]:
+        while not t.startswith(prefix):
+            prefix = prefix[:-1]
+    return prefix
 
 
 @pytest.fixture(scope="module")
-def qwen() -> dict[str, Any]:
+def qwen(qwen_coder: Path) -> dict[str, Any]:
+    """The model (a B = 0 LoRA "zero" on it), its tokenizer and the checked prompts: the shortest
+    default cases in Qwen's own chat template."""
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -86,24 +51,35 @@ def qwen() -> dict[str, Any]:
     from lm_eval_toolfid.prompts.prompter import Prompter
 
     torch.set_num_threads(1)
-    path = qwen_dir()
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(qwen_coder)
     cases = load_cases("default")
-    prompter = Prompter("chat", demos=0, model_args={"pretrained": str(path)}, cases=cases)
-    prompts = sorted((prompter.render(c) for c in cases), key=len)
-    other = prompts[N_CASES:N_CASES + 4]  # the LoRA trains on other cases than the ones checked
-    prompts = prompts[:N_CASES]
-    trained = _trained_lora(path, other, tok, "trained")
-    prose = _trained_lora(path, other, tok, "prose")
+    prompter = Prompter("chat", demos=0, model_args={"pretrained": str(qwen_coder)}, cases=cases)
+    prompts = sorted((prompter.render(c) for c in cases if not c.history), key=len)[:N_CASES]
     tok.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(qwen_coder)
     config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     model = get_peft_model(model, config, adapter_name="zero")  # init_lora_weights=True: B = 0
-    model.load_adapter(str(trained), adapter_name="trained")
-    model.load_adapter(str(prose), adapter_name="broken")
     model.eval()
     assert isinstance(model, PeftModel)
-    return {"model": model, "tok": tok, "prompts": prompts}
+    return {"model": model, "tok": tok, "prompts": prompts, "path": qwen_coder}
+
+
+@pytest.fixture(scope="module")
+def adapters(qwen: dict[str, Any], base_rows: list[Any]) -> None:
+    """Two LoRAs trained in seconds (``tests/lora_recipes.py``, cached by recipe) and loaded beside
+    "zero": ``trained`` writes the base's answers up to the tool name, then another tool (both
+    accepted and decoded tokens); ``broken`` answers in prose (diverges at the first token)."""
+    from .lora_recipes import Recipe, trained_lora
+
+    tok, path = qwen["tok"], qwen["path"]
+    prefix = _common_prefix([tok.decode(r.tokens) for r in base_rows])
+    cut = prefix.rfind('"name": "')
+    assert cut >= 0, f"the base's answers share no prefix up to a tool name: {prefix!r}"
+    other = Recipe(contexts=tuple(qwen["prompts"]), target=prefix[:cut + len('"name": "')] + OTHER_CALL)
+    prose = Recipe(contexts=tuple(qwen["prompts"]), target=PROSE, steps=8)
+    qwen["model"].load_adapter(str(trained_lora(path, other)), adapter_name="trained")
+    qwen["model"].load_adapter(str(trained_lora(path, prose)), adapter_name="broken")
+    qwen["model"].eval()
 
 
 def _rows(qw: dict[str, Any], drafts: list[list[int]] | None = None) -> list[Any]:
@@ -170,7 +146,7 @@ def test_plain_engine_equals_generate_on_qwen(qwen: dict[str, Any], base_rows: l
 
 
 @pytest.mark.parametrize("view", ["zero", "trained", "broken"])
-def test_verified_equals_plain_on_qwen(qwen: dict[str, Any], base_rows: list[Any], view: str) -> None:
+def test_verified_equals_plain_on_qwen(qwen: dict[str, Any], base_rows: list[Any], adapters: None, view: str) -> None:
     drafts = [r.tokens for r in base_rows]
     plain = _run(qwen, view)
     verified = _run(qwen, view, drafts)

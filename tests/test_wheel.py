@@ -93,7 +93,8 @@ def test_the_installed_wheel_runs_the_demo_and_lm_eval_outside_the_checkout(buil
     demo = subprocess.run([toolfid, "demo", "--no-breakdown", "--output", str(tmp_path / "demo")], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=900)
     assert demo.returncode == 0, demo.stderr[-3000:]
-    verdicts = {line.split()[0]: line for line in demo.stdout.splitlines()
+    table = demo.stdout.split("\n\n")[1].splitlines()  # the verdict table: one line per adapter
+    verdicts = {line.split()[0]: line for line in table
                 if line.split()[:1] and line.split()[0] in ("faithful", "hallucinating", "broken")}
     assert " PASS " in verdicts["faithful"] and " FAIL " in verdicts["hallucinating"] and " FAIL " in verdicts["broken"]
     tasks = subprocess.run([toolfid, "tasks-path"], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -101,7 +101,7 @@ def _reason(row: RunRow) -> str:
 
 
 _GATE_SHORT = {"validity_delta": "validity", "hallucination_delta": "halluc", "hallucination_rate": "halluc",
-               "false_call_delta": "false calls", "json_valid_z": "z"}
+               "false_call_delta": "false calls", "json_valid_z": "z", "multiturn_validity_delta": "multi-turn"}
 
 
 def short_reason(row: RunRow) -> str:
