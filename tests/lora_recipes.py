@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from lm_eval_toolfid.core.fsutil import exclusive
 from lm_eval_toolfid.runtime.models import toolfid_home
 
 RECIPE_VERSION = 1
@@ -74,7 +75,10 @@ def trained_lora(base: Path, recipe: Recipe) -> Path:
     target = toolfid_home() / "adapters" / f"lora-{recipe.key(base)}"
     if (target / ".complete").is_file():
         return target
-    return _save_atomically(_train(base, recipe), target)
+    with exclusive(target.with_name(f".{target.name}.lock")):  # parallel test workers train it once
+        if (target / ".complete").is_file():
+            return target
+        return _save_atomically(_train(base, recipe), target)
 
 
 def _train(base: Path, recipe: Recipe):  # noqa: ANN202 - a PeftModel

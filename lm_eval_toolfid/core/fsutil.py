@@ -8,11 +8,12 @@ one, never a torn one; two concurrent writers leave one valid file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
@@ -53,3 +54,23 @@ def toolfid_home() -> Path:
     """Where toolfid keeps what it makes outside a run's output: base references, prepared models
     (``$TOOLFID_HOME``, default ``~/.cache/lm_eval_toolfid``)."""
     return Path(os.environ.get("TOOLFID_HOME") or Path.home() / ".cache" / "lm_eval_toolfid").expanduser()
+
+
+@contextlib.contextmanager
+def exclusive(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing) while the block runs: two processes that
+    prepare the same cached folder (parallel test workers, two runs at once) take turns instead of
+    writing it together. Where ``fcntl`` is missing (Windows) the block runs unlocked."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

