@@ -146,7 +146,9 @@ def main() -> None:
         meta: dict[str, Any] = {}
         adapters = {"zero": str(lora_like(base, cache / "fixture-zero", "zero")),
                     "trained": str(fx["adapters"]["faithful"]), "broken": str(fx["adapters"]["broken"])}
-        label = "fixture model (48 cases)"
+        from lm_eval_toolfid.cases.load import load_cases
+
+        label = f"fixture model ({len(load_cases('fixture'))} cases)"
     else:
         base = real_model
         task = "tool_use_fidelity_chat"

@@ -7,7 +7,7 @@ Two models, no download:
   Qwen2.5-Coder-0.5B-Instruct's config), prompts of the default set's token lengths (mean ~680,
   scaled by ``--prompt-scale``), fixed-length generation (no EOS, no stop string: every row makes
   exactly ``--new-tokens``);
-- **the bundled fixture model** on its own 48 cases (real prompts, real stops).
+- **the bundled fixture model** on its own cases (real prompts, real stops).
 
 Each is generated three ways: toolfid's engine at the default batch (``auto``: sized from free
 memory; CUDA: usually the whole view at once), the engine at batch 16, and transformers'

@@ -33,6 +33,8 @@ class Recipe:
     """Prompts as the task renders them (the target is trained to follow each)."""
     target: str
     """What the adapter learns to answer (the tokenizer's end-of-turn text included, if wanted)."""
+    targets: tuple[str, ...] = ()
+    """One answer per context instead (when given, ``target`` is ignored)."""
     layers: int = 2
     rank: int = 8
     steps: int = 12
@@ -41,7 +43,8 @@ class Recipe:
 
     def key(self, base: Path) -> str:
         config = (Path(base) / "config.json").read_text(encoding="utf-8")
-        blob = json.dumps({"v": RECIPE_VERSION, "recipe": asdict(self), "base": config}, sort_keys=True)
+        recipe = {k: v for k, v in asdict(self).items() if v != () or k != "targets"}  # keys of older recipes stay
+        blob = json.dumps({"v": RECIPE_VERSION, "recipe": recipe, "base": config}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -94,9 +97,11 @@ def _train(base: Path, recipe: Recipe):  # noqa: ANN202 - a PeftModel
     first = n_layers - recipe.layers
     rows = []  # (hidden states entering layer `first`, target positions, target ids, full-model logits there)
     with torch.no_grad():
-        for context in recipe.contexts:
+        answers = recipe.targets or (recipe.target,) * len(recipe.contexts)
+        assert len(answers) == len(recipe.contexts), "one target per context"
+        for context, answer in zip(recipe.contexts, answers):
             ctx = tok(context, add_special_tokens=False)["input_ids"]
-            tgt = tok(recipe.target, add_special_tokens=False)["input_ids"]
+            tgt = tok(answer, add_special_tokens=False)["input_ids"]
             ids = torch.tensor([ctx + tgt])
             out = model(input_ids=ids, output_hidden_states=True)
             positions = torch.arange(len(ctx) - 1, len(ctx) + len(tgt) - 1)
