@@ -104,3 +104,27 @@ def test_an_adapter_looking_key_refuses_to_write_a_reference(tmp_path):
     run.resolve(KEY, {case.id: "h"})
     run.finish([run.score(case.id, "prose")])
     assert "my_lora_weights" in run.provenance["reference_not_written"] and not (tmp_path / "refs").exists()
+
+
+def test_exclusive_makes_two_preparers_take_turns(tmp_path):
+    """Two workers preparing one cached folder: the second waits, then finds it made (prepare_* and the
+    test LoRAs rely on this under pytest-xdist)."""
+    import threading
+    import time
+
+    from lm_eval_toolfid.core.fsutil import exclusive
+
+    events: list[str] = []
+
+    def worker(name: str) -> None:
+        with exclusive(tmp_path / ".folder.lock"):
+            events.append(f"{name} in")
+            time.sleep(0.2)
+            events.append(f"{name} out")
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(events) == 4 and events[0][0] == events[1][0] and events[2][0] == events[3][0], events
