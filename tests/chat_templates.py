@@ -2,13 +2,16 @@
 that refuses a system role; for conversations: a Hermes-style one that renders assistant tool calls
 and tool results, and one that insists on alternating user/assistant roles)."""
 
-HERMES = (
+_HERMES_SYSTEM = (  # the system turn of both Hermes-style templates: the tools, or the given system prompt
     "{%- if tools %}<|im_start|>system\n"
     "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
     "You may call one or more functions. Function signatures are inside <tools></tools>:\n<tools>\n"
     "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}</tools>\n"
     "For each call return a JSON object inside <tool_call></tool_call> tags.<|im_end|>\n"
     "{% elif messages[0].role == 'system' %}<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n{% endif %}"
+)
+
+HERMES = _HERMES_SYSTEM + (
     "{%- for m in messages %}{%- if m.role != 'system' %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
     "{% endif %}{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
@@ -24,13 +27,7 @@ NO_SYSTEM = (  # like Gemma's: refuses a system role, ignores tools
     "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
 )
 
-HERMES_TOOLS = (  # Hermes/Qwen-style with a conversation: assistant tool_calls as <tool_call>, results as <tool_response>
-    "{%- if tools %}<|im_start|>system\n"
-    "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
-    "You may call one or more functions. Function signatures are inside <tools></tools>:\n<tools>\n"
-    "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}</tools>\n"
-    "For each call return a JSON object inside <tool_call></tool_call> tags.<|im_end|>\n"
-    "{% elif messages[0].role == 'system' %}<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n{% endif %}"
+HERMES_TOOLS = _HERMES_SYSTEM + (  # Hermes/Qwen-style with a conversation: assistant tool_calls as <tool_call>, results as <tool_response>
     "{%- for m in messages %}"
     "{%- if m.role == 'user' or (m.role == 'assistant' and not m.tool_calls) %}"
     "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"

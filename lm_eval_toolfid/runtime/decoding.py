@@ -286,6 +286,20 @@ class GreedyEngine:
         return best.tolist(), (top.values[..., 0] - top.values[..., 1]).tolist()
 
 
+def _emit(res: RowResult, row: Row, token: int, gap: float, record: bool) -> bool:
+    """Append one token to a row's result (and its top-two gap when recorded); True when the row stops
+    there: its stopper says so (EOS, ``until``, the end of the call) or its budget is spent."""
+    res.tokens.append(token)
+    if record:
+        res.gaps.append(gap)
+    reason = row.stopper.push(token)
+    if reason is None and len(res.tokens) >= row.max_new:
+        reason = "length"
+    if reason is not None:
+        res.finish = reason
+    return reason is not None
+
+
 class _Batch:
     """The decode batch: live rows and their KV cache, right-aligned at column ``T`` (left padding)."""
 
@@ -445,18 +459,11 @@ class _Batch:
         for j, (token, gap) in enumerate(preds, start=len(res.tokens)):
             if j < len(draft) and j == len(res.tokens) and token == draft[j] and j == res.accepted:
                 res.accepted += 1
-            res.tokens.append(token)
-            if record:
-                res.gaps.append(gap)
             if verified:  # read from a draft pass, not computed the way plain decoding computes it
                 res.verified += 1
                 if gap < tol:
                     res.near_ties += 1
-            reason = row.stopper.push(token)
-            if reason is None and len(res.tokens) >= row.max_new:
-                reason = "length"
-            if reason is not None:
-                res.finish = reason
+            if _emit(res, row, token, gap, record):
                 return "done"
             if res.accepted < len(res.tokens):  # diverged here: this token is the model's own choice
                 live.pending = token
@@ -514,16 +521,8 @@ class _Batch:
         finished, keep = [], []
         for b, live in enumerate(self.rows):
             token = best[b][0]
-            res, row = live.result, rows[live.index]
-            res.tokens.append(token)
-            if record:
-                res.gaps.append(gaps[b][0])
             live.length += 1
-            reason = row.stopper.push(token)
-            if reason is None and len(res.tokens) >= row.max_new:
-                reason = "length"
-            if reason is not None:
-                res.finish = reason
+            if _emit(live.result, rows[live.index], token, gaps[b][0] if record else 0.0, record):
                 finished.append(live)
             else:
                 live.pending = token
