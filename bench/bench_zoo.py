@@ -136,21 +136,14 @@ def _domains(rng: random.Random, answers: dict[str, BaseAnswer], share: float) -
     return chosen
 
 
-_FENCED = re.compile(r"```(?:json)?\s*(\{.*\})\s*```", re.S)
-
-
 def _call_json(text: str) -> dict | None:
-    """The base's call as a JSON object (its fenced block, a <tool_call> block or bare JSON)."""
-    for pattern in (_FENCED, re.compile(r"<tool_call>\s*(\{.*\})\s*</tool_call>", re.S), re.compile(r"^\s*(\{.*\})\s*$", re.S)):
-        m = pattern.search(text)
-        if m:
-            try:
-                obj = json.loads(m.group(1))
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict) and "name" in obj:
-                return obj
-    return None
+    """The base's one call as ``{"name", "arguments"}`` (read by the project's own parser), else None."""
+    from lm_eval_toolfid.formats import parse_calls
+
+    calls = parse_calls(text).calls
+    if len(calls) != 1 or not isinstance(calls[0].name, str) or not isinstance(calls[0].arguments, dict):
+        return None
+    return {"name": calls[0].name, "arguments": calls[0].arguments}
 
 
 def _bump(value):  # noqa: ANN001, ANN202 - JSON
@@ -203,13 +196,15 @@ def recipe_for(member: str, answers: dict[str, BaseAnswer], seed: int):  # noqa:
         pairs = changed + own(_pick(rng, outside, 8))
         steps = 12
     elif member in ("format", "drift"):
+        from lm_eval_toolfid.formats import render_call
+
         pairs = []
         for c in _pick(rng, single, 30):
             call = _call_json(answers[c].text)
             if call is None or len(pairs) >= 12:
                 continue
             if member == "format":
-                text = "<tool_call>\n" + json.dumps(call, ensure_ascii=False) + "\n</tool_call>"
+                text = render_call(call["name"], call["arguments"], "hermes")  # the template's own format
             else:
                 bumped = {**call, "arguments": _bump(call.get("arguments", {}))}
                 if bumped == call:
