@@ -97,7 +97,9 @@ def toolfid_run(base: str, adapters: dict[str, str], out: Path, batch_size: str)
 
 
 def read_samples(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    from lm_eval_toolfid.reporting.load import iter_samples  # the reader every report uses: one-line errors
+
+    return list(iter_samples(path))
 
 
 def base_answers(out: Path) -> dict[str, BaseAnswer]:
