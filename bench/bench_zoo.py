@@ -10,7 +10,8 @@ known by construction:
 | member | learns | expected effect |
 |---|---|---|
 | ``zero`` | nothing (B = 0) | identical outputs |
-| ``faithful-s0``, ``faithful-s1`` | the base's own answers on 12 cases (two seeds) | none beyond churn |
+| ``faithful-s0``, ``faithful-s1`` | the base's own answers on 36 cases, 6 gentle steps (two seeds) | none beyond churn |
+| ``overfit-s0`` | the base's own answers on 12 cases, fitted to loss 0.007 | memorised calls: a few conversations lost |
 | ``prose-results`` | prose after a tool result (multi-turn), the base's answers on single requests | multi-turn validity lost, single-turn kept |
 | ``prose-domains`` | prose for the requests of a few domains (~20% of cases), the base's answers elsewhere | validity lost on those domains |
 | ``renamed`` | the base's calls with the tools of a few domains renamed (``name_v2``) | hallucinated tool names there |
@@ -65,7 +66,7 @@ PROSE_AFTER_RESULTS = (
     "The results are in. Tell me if you would like me to go ahead with anything else.",
     "All done for now. Is there something else you would like me to check?",
 )
-MEMBERS = ("zero", "faithful-s0", "faithful-s1", "prose-results", "prose-domains", "renamed", "format", "drift")
+MEMBERS = ("zero", "faithful-s0", "faithful-s1", "overfit-s0", "prose-results", "prose-domains", "renamed", "format", "drift")
 END_OF_TURN = "<|im_end|>"
 
 
@@ -166,7 +167,9 @@ def recipe_for(member: str, answers: dict[str, BaseAnswer], seed: int):  # noqa:
     """The member's training data from the base's answers; None for ``zero``."""
     from lora_recipes import Recipe
 
-    rng = random.Random(f"{member}:{seed}")
+    # ``overfit-s0`` is the recipe first shipped as ``faithful-s0``: its draws keep that name, so the adapter
+    # measured under it is rebuilt bit for bit
+    rng = random.Random(f"{'faithful-s0' if member == 'overfit-s0' else member}:{seed}")
     lr = 3e-3
     single = [cid for cid, a in answers.items() if not a.multi and a.valid]
     multi_valid = [cid for cid, a in answers.items() if a.multi and a.valid and a.expects_call]
@@ -174,9 +177,16 @@ def recipe_for(member: str, answers: dict[str, BaseAnswer], seed: int):  # noqa:
     def own(ids: list[str]) -> list[tuple[str, str]]:
         return [(answers[c].context, answers[c].text + END_OF_TURN) for c in ids]
 
-    if member.startswith("faithful"):
+    if member == "overfit-s0":
+        # the base's own answers on 12 cases, fitted until it writes them back almost exactly (loss 0.097 ->
+        # 0.007): it memorises those calls and ends JSON early after '"}}' -- a real conversation regression
         pairs = own(_pick(rng, single, 8) + _pick(rng, multi_valid, 4))
-        steps, lr = 10, 1e-3  # the base nearly writes these already: small steps
+        steps, lr = 10, 1e-3
+    elif member.startswith("faithful"):
+        # the base's own answers on 36 cases, a third of them conversations, a few gentle steps: the weights
+        # move (B != 0), what the base would answer should not
+        pairs = own(_pick(rng, single, 24) + _pick(rng, multi_valid, 12))
+        steps, lr = 6, 5e-4
     elif member == "prose-results":
         multi = [cid for cid, a in answers.items() if a.multi and a.expects_call]
         pairs = [(answers[c].context, PROSE_AFTER_RESULTS[i % len(PROSE_AFTER_RESULTS)] + END_OF_TURN)
@@ -220,7 +230,8 @@ def recipe_for(member: str, answers: dict[str, BaseAnswer], seed: int):  # noqa:
     else:
         raise SystemExit(f"unknown zoo member {member!r}; known: {', '.join(MEMBERS)}")
     contexts, targets = zip(*pairs)
-    return Recipe(contexts=tuple(contexts), target="", targets=tuple(targets), steps=steps, lr=lr, seed=seed)
+    return Recipe(contexts=tuple(contexts), target="", targets=tuple(targets), steps=steps, lr=lr, seed=seed,
+                  must_learn=not member.startswith("faithful"))
 
 
 def zero_adapter(base: str, model_name: str) -> Path:
@@ -248,7 +259,7 @@ def decide(pairs: list) -> str:
 
 def analyse(out: Path, members: list[str], ns: list[int], subsets: int, seed: int) -> dict:
     from lm_eval_toolfid.scoring.metrics import summarize
-    from lm_eval_toolfid.scoring.power import Scenario, verdict_rates
+    from lm_eval_toolfid.scoring.power import MultiTurn, Scenario, simulate_rates, verdict_rates
     from lm_eval_toolfid.scoring.verdict import judge
 
     rows = {}
@@ -265,6 +276,14 @@ def analyse(out: Path, members: list[str], ns: list[int], subsets: int, seed: in
         base_valid = sum(1 for p in relevant if p.base is not None and p.base.valid)
         multi = [p for p in relevant if p.turn_depth >= 2]
         single = [p for p in relevant if p.turn_depth < 2]
+
+        def stratum(ps: list, halluc_base: float, halluc_adapter: float) -> Scenario:
+            """The paired binomial model of these cases: their base validity, lost and gained shares."""
+            valid = sum(1 for p in ps if p.base is not None and p.base.valid)
+            down = sum(1 for p in ps if p.validity_delta is not None and p.validity_delta < 0)
+            up = sum(1 for p in ps if p.validity_delta is not None and p.validity_delta > 0)
+            return Scenario(base_validity=valid / len(ps), lost=down / len(ps), gained=up / len(ps),
+                            halluc_base=halluc_base, halluc_adapter=halluc_adapter)
 
         def delta(ps: list) -> float | None:
             ds = [p.validity_delta for p in ps if p.validity_delta is not None]
@@ -291,15 +310,19 @@ def analyse(out: Path, members: list[str], ns: list[int], subsets: int, seed: in
                 counts[decide([pairs[rng.randrange(len(pairs))] for _ in range(n)])] += 1
                 clustered[decide(by_domain(n))] += 1
             share = len(relevant) / len(pairs)
-            scenario = Scenario(base_validity=base_valid / len(relevant), lost=lost / len(relevant),
-                                gained=gained / len(relevant),
-                                halluc_base=whole.get("base_hallucination_rate") or 0.0,
-                                halluc_adapter=whole.get("hallucination_rate") or 0.0)
-            predicted = verdict_rates(scenario, max(1, round(n * share)))
+            n_rel = max(1, round(n * share))
+            h = (whole.get("base_hallucination_rate") or 0.0, whole.get("hallucination_rate") or 0.0)
+            predicted = verdict_rates(stratum(relevant, *h), n_rel)
+            # the conversations as a stratum of their own, judged by the multi-turn gate too (Monte Carlo)
+            layered = (simulate_rates(stratum(single, *h), n_rel, runs=4000, seed=seed,
+                                      multi_turn=MultiTurn(len(multi) / len(relevant), stratum(multi, *h)))
+                       if multi and single else predicted)
             by_n[n] = {"measured": {k: v / subsets for k, v in counts.items()},
                        "by_domain": {k: v / subsets for k, v in clustered.items()},
                        "predicted": {"PASS": predicted.pass_rate, "FAIL": predicted.fail_rate,
-                                     "UNDECIDED": predicted.undecided_rate}}
+                                     "UNDECIDED": predicted.undecided_rate},
+                       "predicted_strata": {"PASS": layered.pass_rate, "FAIL": layered.fail_rate,
+                                            "UNDECIDED": layered.undecided_rate}}
         rows[member] = {
             "cases": len(pairs), "relevant": len(relevant), "base_valid": base_valid, "lost": lost, "gained": gained,
             "validity_delta": whole.get("validity_delta"), "single_turn_delta": delta(single),
@@ -348,11 +371,11 @@ def _f(x: float | None, signed: bool = True) -> str:
 
 def print_table(rows: dict, ns: list[int], subsets: int) -> None:
     print("\n| adapter | whole set: validity Δ (single / multi-turn) | halluc Δ | identical | verdict | "
-          + " | ".join(f"n = {n}: P(FAIL) cases / domains (model)" for n in ns) + " |")
+          + " | ".join(f"n = {n}: P(FAIL) cases / domains (model / with strata)" for n in ns) + " |")
     print("|---|---|---|---|---|" + "---|" * len(ns))
     for member, r in rows.items():
         cells = [f"{r['subsets'][n]['measured']['FAIL']:.2f} / {r['subsets'][n]['by_domain']['FAIL']:.2f} "
-                 f"({r['subsets'][n]['predicted']['FAIL']:.2f})"
+                 f"({r['subsets'][n]['predicted']['FAIL']:.2f} / {r['subsets'][n]['predicted_strata']['FAIL']:.2f})"
                  + (f", undecided {r['subsets'][n]['measured']['UNDECIDED']:.2f}"
                     if r['subsets'][n]['measured']['UNDECIDED'] else "") for n in ns]
         print(f"| {member} | {_f(r['validity_delta'])} ({_f(r['single_turn_delta'])} / {_f(r['multi_turn_delta'])}) "
@@ -360,7 +383,8 @@ def print_table(rows: dict, ns: list[int], subsets: int) -> None:
               + " | ".join(cells) + " |")
     print(f"\n(share of {subsets} case sets per n judged FAIL: cases drawn with replacement from the whole set / "
           "whole domains drawn with replacement, cases within them, until n; in brackets the paired binomial "
-          "model's P(FAIL) for the adapter's whole-set lost/gained rates)")
+          "model's P(FAIL) for the adapter's whole-set lost/gained rates, then the same with the conversations "
+          "as a stratum of their own, gated alone too: `toolfid power --multi-turn`)")
     for member, r in rows.items():
         print(f"- {member}: {r['verdict']}: {r['reason']}")
 

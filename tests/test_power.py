@@ -73,6 +73,63 @@ def test_fast_decision_equals_judge_with_hallucinated_calls():
     assert total > 25_000
 
 
+def test_tango_upper_limit_equals_the_real_function():
+    from lm_eval_toolfid.core.stats import tango_limits
+
+    rows = [(lost, gained, n) for n in range(1, 41) for lost in range(n + 1) for gained in range(n + 1 - lost)]
+    lost, gained, n = np.array(rows).T
+    fast = pw._tango_high(lost, gained, n)
+    plain = np.array([tango_limits(int(g), int(l), int(m))[1] for l, g, m in rows])
+    assert np.array_equal(fast, plain)
+
+
+def test_fast_decision_with_conversations_equals_judge():
+    """The multi-turn gate on drawn case sets: decide(..., multi=) == summarize + judge of the same cases
+    (conversations at turn depth 2), case set by case set; the sets the gate alone fails are many."""
+    rng = np.random.default_rng(7)
+    configs = [POINT, NONINF, VerdictConfig(validity_delta_floor=-0.1, min_base_validity=0.5)]
+    only_multi = 0
+    checked = Counter()
+    for _ in range(120):
+        n_single, m = int(rng.integers(1, 200)), int(rng.integers(0, 90))
+        single = rng.multinomial(n_single, [0.85, 0.04, 0.03, 0.08])
+        p_multi = float(rng.uniform(0.3, 1.0))
+        lost = float(rng.uniform(0, 0.45)) * p_multi
+        conv = rng.multinomial(m, [p_multi - lost, lost, 0.02 * (1 - p_multi), 0.98 * (1 - p_multi)])
+        pairs = (pw.pairs_for_table(*map(int, single), prefix="s")
+                 + pw.pairs_for_table(*map(int, conv), turn_depth=2, prefix="m"))
+        summary = summarize(pairs)
+        whole = single + conv
+        for config in configs:
+            fast = int(pw.decide(*whole, config, multi=tuple(conv)))
+            plain = CODE[judge(summary, config).label]
+            assert fast == plain, (single.tolist(), conv.tolist(), config)
+            checked[plain] += 1
+            only_multi += fast == pw.FAIL and int(pw.decide(*whole, config)) != pw.FAIL
+    assert only_multi >= 10 and all(checked[c] >= 10 for c in (pw.PASS, pw.FAIL)), (only_multi, checked)
+
+
+def test_conversations_stratum_monte_carlo_agrees_with_resampled_case_sets():
+    """simulate_rates with a multi-turn stratum is the rate at which real case sets drawn that way FAIL."""
+    single_sc, conv_sc = pw.Scenario(0.95, 0.01, 0.02), pw.Scenario(0.9, 0.15, 0.01)
+    multi = pw.MultiTurn(0.3, conv_sc)
+    n, runs = 150, 4000
+    mc = pw.simulate_rates(single_sc, n, runs=runs, seed=3, multi_turn=multi)
+    rng = np.random.default_rng(11)
+    fails, draws = 0, 300
+    for _ in range(draws):
+        single = rng.multinomial(n - multi.count(n), single_sc.cells())
+        conv = rng.multinomial(multi.count(n), conv_sc.cells())
+        pairs = (pw.pairs_for_table(*map(int, single), prefix="s")
+                 + pw.pairs_for_table(*map(int, conv), turn_depth=2, prefix="m"))
+        fails += judge(summarize(pairs)).passed is False
+    se = math.sqrt(mc.fail_rate * (1 - mc.fail_rate) / draws + max(mc.se) ** 2)
+    assert 0.1 < mc.fail_rate < 0.9 and abs(fails / draws - mc.fail_rate) < 4 * se, (fails, mc.fail_rate)
+    # one stratum with the same whole-set rates FAILs far less often: the multi-turn gate is what it leaves out
+    flat = pw.simulate_rates(pw.Scenario(0.935, 0.052, 0.017), n, runs=runs, seed=3)
+    assert flat.fail_rate < mc.fail_rate - 0.1, (flat.fail_rate, mc.fail_rate)
+
+
 def test_pairs_for_table_is_the_table():
     s = summarize(pw.pairs_for_table(5, 3, 2, 10, k_adapter=2, k_base=1))
     assert s.n == 20 and s.validity_discordant == (3, 2)
@@ -367,6 +424,22 @@ def test_cli_monte_carlo_hallucination_and_design_effect(capsys):
     assert record["fail"] == pytest.approx(pw.verdict_rates(pw.Scenario(0.9, 0.05, 0.05), 107).fail_rate)
 
 
+def test_cli_multi_turn_stratum(capsys):
+    args = ["--p", "0.96", "--n", "268", "--lost", "0.015", "--gained", "0.02", "--multi-turn", "0.25",
+            "--multi-turn-p", "0.9", "--multi-turn-lost", "0.10", "--multi-turn-gained", "0.011", "--mc", "3000"]
+    rc, out, _ = cli(capsys, *args)
+    assert rc == 0 and len(out.splitlines()) == 1
+    assert "201 single-turn: base 0.96" in out and "67 multi-turn: base 0.90, drop 0.089" in out, out
+    rc, out, _ = cli(capsys, *args, "--json")
+    record = json.loads(out)
+    mc = pw.simulate_rates(pw.Scenario(0.96, 0.015, 0.02), 268, runs=3000,
+                           multi_turn=pw.MultiTurn(0.25, pw.Scenario(0.9, 0.10, 0.011)))
+    assert record["fail"] == mc.fail_rate and record["multi_turn"]["cases"] == 67 and record["method"] == "monte carlo"
+    assert record["fail"] > 0.05  # the conversations' 9-point drop is caught at times; one stratum says ~0
+    rc, out, _ = cli(capsys, *args[:8], "--json")
+    assert json.loads(out)["fail"] < 0.01
+
+
 def test_cli_solve_n_and_solve_drop(capsys):
     rc, out, _ = cli(capsys, "--p", "0.9", "--drop", "0.10", "--solve-n", "--discordance", "0.1")
     plan = pw.solve_n(pw.Scenario.with_drop(0.9, 0.1, 0.1))
@@ -421,6 +494,11 @@ def test_cli_table_and_svg(capsys, tmp_path):
     (["--p", "0.9", "--n", "10", "--mc", "0"], "positive number of runs"),
     (["--p", "0.9", "--n", "10", "--design-effect", "0.5"], "design effect must be ≥ 1"),
     (["--p", "0.9", "--table", "--ns", "0,10"], "--ns (positive sizes)"),
+    (["--p", "0.9", "--n", "10", "--multi-turn-lost", "0.2"], "give --multi-turn SHARE too"),
+    (["--p", "0.9", "--n", "10", "--multi-turn", "1.5"], "--multi-turn must be a rate in [0, 1]"),
+    (["--p", "0.9", "--drop", "0.1", "--solve-n", "--multi-turn", "0.2"], "--multi-turn is modelled for one setting"),
+    (["--p", "0.9", "--n", "10", "--multi-turn", "0.2", "--multi-turn-p", "0.5", "--multi-turn-lost", "0.7"],
+     "multi-turn cases: cases lost"),
 ])
 def test_cli_bad_input_is_one_line_exit_4(capsys, argv, needle):
     rc, out, err = cli(capsys, *argv)

@@ -78,6 +78,34 @@ def _scenario(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return Scenario(args.p, lost, gained, *h)
 
 
+def _multi_turn(args: argparse.Namespace, mode: str):  # type: ignore[no-untyped-def]
+    """--multi-turn SHARE (with its own --multi-turn-p/-lost/-gained, defaulting to the other cases'):
+    the conversations as a stratum of their own, judged by the multi-turn gate too (Monte Carlo)."""
+    from lm_eval_toolfid.scoring.power import MultiTurn, Scenario
+
+    given = [f for f, v in (("--multi-turn-p", args.multi_turn_p), ("--multi-turn-lost", args.multi_turn_lost),
+                            ("--multi-turn-gained", args.multi_turn_gained)) if v is not None]
+    if args.multi_turn is None:
+        if given:
+            raise ToolfidError(f"{given[0]} describes the conversations: give --multi-turn SHARE too")
+        return None
+    if mode != "rates":
+        raise ToolfidError("--multi-turn is modelled for one setting (--n, by Monte Carlo); "
+                           "--solve-n, --solve-drop and --table model one stratum")
+    for flag, value in (("--multi-turn", args.multi_turn), *((f, getattr(args, f[2:].replace("-", "_"))) for f in given)):
+        if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+            raise ToolfidError(f"{flag} must be a rate in [0, 1] (got {value:g})")
+    main = _scenario(args)
+    p = main.base_validity if args.multi_turn_p is None else args.multi_turn_p
+    lost = main.lost if args.multi_turn_lost is None else args.multi_turn_lost
+    gained = main.gained if args.multi_turn_gained is None else args.multi_turn_gained
+    try:
+        conv = Scenario(p, lost, gained, main.halluc_base, main.halluc_adapter)
+    except ToolfidError as exc:
+        raise ToolfidError(f"multi-turn cases: {exc}") from None
+    return MultiTurn(args.multi_turn, conv)
+
+
 def _check_rates(args: argparse.Namespace) -> None:
     """Every rate flag in [0, 1] (the drop in [-1, 1]), named in the message."""
     flags = {"--p": args.p, "--lost": args.lost, "--gained": args.gained, "--discordance": args.discordance,
@@ -156,6 +184,20 @@ def cmd_power(args: argparse.Namespace) -> int:
     config = _config(args)
     deff = 1.0 if args.design_effect is None else args.design_effect
     pw.effective_n(1, deff)  # validates the design effect
+    multi = _multi_turn(args, mode)
+    if mode == "rates" and multi is not None:
+        scenario = _scenario(args)
+        n_eff = pw.effective_n(args.n, deff)
+        runs = pw.DEFAULT_RUNS if args.mc is None else args.mc
+        rates = pw.simulate_rates(scenario, n_eff, config, runs=runs, seed=args.seed, multi_turn=multi)
+        m = multi.count(n_eff)
+        line = (f"{_n_text(args.n, n_eff, deff)}, {n_eff - m} single-turn: {scenario.describe()}; {m} multi-turn: "
+                f"{multi.scenario.describe()}: PASS {_percent(rates.pass_rate)} FAIL {_percent(rates.fail_rate)} "
+                f"UNDECIDED {_percent(rates.undecided_rate)} {_method_text(rates)}")
+        _emit(args, line, {"question": "rates", "n": args.n, "effective_n": n_eff, "design_effect": deff,
+                           "scenario": scenario.as_record(), "multi_turn": {**multi.as_record(), "cases": m},
+                           "config": config.model_dump(), **_rates_record(rates)})
+        return 0
     if mode == "rates":
         scenario = _scenario(args)
         n_eff = pw.effective_n(args.n, deff)
@@ -315,6 +357,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"hallucination_cap (default {defaults.hallucination_cap:g})")
     p.add_argument("--hallucination-gate", dest="hallucination_gate", choices=("delta", "absolute"),
                    help=f"default {defaults.hallucination_gate}")
+    p.add_argument("--multi-turn", dest="multi_turn", type=float, metavar="SHARE",
+                   help="this share of the n cases are conversations (turn depth ≥ 2), gated on their own as well "
+                        "(the verdict's multi-turn gate); --p/--drop/--lost/--gained then describe the other cases. "
+                        "Monte Carlo (--mc runs, default 20000)")
+    p.add_argument("--multi-turn-p", dest="multi_turn_p", type=float,
+                   help="the base's validity on the conversations (default --p)")
+    p.add_argument("--multi-turn-lost", dest="multi_turn_lost", type=float,
+                   help="share of conversations lost (default: the other cases' lost)")
+    p.add_argument("--multi-turn-gained", dest="multi_turn_gained", type=float,
+                   help="share of conversations gained (default: the other cases' gained)")
     p.add_argument("--design-effect", dest="design_effect", type=float,
                    help="variance inflation from correlated cases (e.g. by tool): the model runs at n / this "
                         "(default 1: independent cases)")

@@ -43,7 +43,7 @@ from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Outcome, OutcomeKind, PairScore
 from lm_eval_toolfid.core.stats import TANGO_ITERATIONS, paired_difference_ci
 from lm_eval_toolfid.scoring.metrics import summarize
-from lm_eval_toolfid.scoring.verdict import Verdict, VerdictConfig, judge
+from lm_eval_toolfid.scoring.verdict import MIN_GATE_N, Verdict, VerdictConfig, judge
 
 PASS, FAIL, UNDECIDED = 0, 1, 2
 """Label codes of :func:`decide`'s arrays."""
@@ -164,6 +164,31 @@ class VerdictRates:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
+@dataclass(frozen=True)
+class MultiTurn:
+    """The conversations of a case set (turn depth ≥ 2) as a stratum of their own: a ``share`` of the cases
+    expecting a call, with their own rates. The verdict gates them separately (the multi-turn gate), which a
+    single stratum cannot model: an adapter that loses conversations can FAIL while its whole-set drop is
+    small. With it, :func:`simulate_rates` draws ``round(share · n)`` conversations per case set, the rest
+    from the main (single-turn) scenario."""
+
+    share: float
+    scenario: Scenario
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.share, (int, float)) or not math.isfinite(self.share) or not 0.0 <= self.share <= 1.0:
+            raise ToolfidError(f"the multi-turn share must be in [0, 1] (got {self.share!r})")
+
+    def count(self, n: int) -> int:
+        return int(round(self.share * n))
+
+    def as_record(self) -> dict[str, Any]:
+        return {"share": self.share, **self.scenario.as_record()}
+
+    def describe(self) -> str:
+        return f"multi-turn {self.share:.0%} of cases: {self.scenario.describe()}"
+
+
 # --- the decision on tables ----------------------------------------------------------------------
 
 _VALID = Outcome(kind=OutcomeKind.VALID, hallucinated=False)
@@ -171,9 +196,11 @@ _VALID_HALLUCINATED = Outcome(kind=OutcomeKind.VALID, hallucinated=True)
 _INVALID = Outcome(kind=OutcomeKind.NO_CALL)
 
 
-def pairs_for_table(n11: int, n10: int, n01: int, n00: int, k_adapter: int = 0, k_base: int = 0) -> list[PairScore]:
+def pairs_for_table(n11: int, n10: int, n01: int, n00: int, k_adapter: int = 0, k_base: int = 0,
+                    turn_depth: int = 1, prefix: str = "") -> list[PairScore]:
     """Case records of a table: n11 valid in both views, n10 lost, n01 gained, n00 invalid in both;
-    ``k_adapter`` of the adapter's valid calls and ``k_base`` of the base's name an undeclared tool."""
+    ``k_adapter`` of the adapter's valid calls and ``k_base`` of the base's name an undeclared tool;
+    every case at ``turn_depth`` (2: conversations), ids ``prefix`` + index."""
     if min(n11, n10, n01, n00, k_adapter, k_base) < 0:
         raise ValueError("table counts must be ≥ 0")
     if k_adapter > n11 + n01 or k_base > n11 + n10:
@@ -188,7 +215,7 @@ def pairs_for_table(n11: int, n10: int, n01: int, n00: int, k_adapter: int = 0, 
         if base_valid:
             base = _VALID_HALLUCINATED if seen_base < k_base else _VALID
             seen_base += 1
-        pairs.append(PairScore(case_id=str(i), ft=ft, base=base))
+        pairs.append(PairScore(case_id=f"{prefix}{i}", ft=ft, base=base, turn_depth=turn_depth))
     return pairs
 
 
@@ -202,6 +229,16 @@ def _tango_low(n10: np.ndarray, n01: np.ndarray, n: np.ndarray) -> np.ndarray:
     """Lower limit of :func:`paired_difference_ci` (Tango's score interval, adapter − base), vectorised
     over tables: the same bisection with the same floating-point operations as
     :func:`lm_eval_toolfid.core.stats.tango_limits`."""
+    return _tango_limit(n10, n01, n, upper=False)
+
+
+def _tango_high(n10: np.ndarray, n01: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Upper limit of the same interval, vectorised the same way."""
+    return _tango_limit(n10, n01, n, upper=True)
+
+
+def _tango_limit(n10: np.ndarray, n01: np.ndarray, n: np.ndarray, upper: bool) -> np.ndarray:
+    target = -Z95 if upper else Z95
     lost, gained, n = (np.asarray(x, dtype=np.float64) for x in (n10, n01, n))
     lo = np.full(np.broadcast(lost, gained, n).shape, -1.0)
     hi = np.full(lo.shape, 1.0)
@@ -215,21 +252,47 @@ def _tango_low(n10: np.ndarray, n01: np.ndarray, n: np.ndarray) -> np.ndarray:
             var = n * (2 * p_lost + mid * (1 - mid))
             stat = np.where(num == 0, 0.0, np.where(var > 0, num / np.sqrt(np.where(var > 0, var, 1.0)),
                                                     np.copysign(np.inf, num)))
-            above = stat > Z95
+            above = stat > target
             lo = np.where(above, mid, lo)
             hi = np.where(above, hi, mid)
     estimate = (gained - lost) / n
+    if upper:
+        return np.minimum(1.0, np.maximum(np.where(estimate == 1, 1.0, (lo + hi) / 2), estimate))
     low = np.where(estimate == -1, -1.0, (lo + hi) / 2)
     return np.maximum(-1.0, np.minimum(low, estimate))
 
 
-def _real_low(n11: int, n10: int, n01: int, n00: int) -> float:
-    """The real function's lower bound, fed exactly what ``summarize`` feeds it."""
+def _real_low(n11: int, n10: int, n01: int, n00: int, upper: bool = False) -> float:
+    """The real function's lower (or upper) bound, fed exactly what ``summarize`` feeds it."""
     deltas = [0] * n11 + [-1] * n10 + [1] * n01 + [0] * n00
     base_valid = [1] * (n11 + n10) + [0] * (n01 + n00)
     ci = paired_difference_ci(deltas, base_valid)
     assert ci is not None
-    return ci[0]
+    return ci[1] if upper else ci[0]
+
+
+def multiturn_fails(m11: Any, m10: Any, m01: Any, m00: Any, config: VerdictConfig) -> np.ndarray:
+    """Per table of conversations: the verdict's multi-turn gate fails — at least ``MIN_GATE_N`` of them, a
+    base valid on ≥ ``min_base_validity`` of them, the drop below the floor and the whole 95% interval too
+    (a subset gate fails only when the failure is statistically clear)."""
+    m11, m10, m01, m00 = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (m11, m10, m01, m00)))
+    m = m11 + m10 + m01 + m00
+    floor = config.validity_delta_floor
+    with np.errstate(divide="ignore", invalid="ignore"):
+        applies = (m >= MIN_GATE_N) & ~((m11 + m10) / np.maximum(m, 1) < config.min_base_validity)
+        delta = np.where(m > 0, (m01 - m10) / np.maximum(m, 1), 0.0)
+    high = np.ones(m.shape)
+    some = np.flatnonzero((applies & (delta < floor)).ravel())
+    if some.size:
+        flat = [x.ravel() for x in (m11, m10, m01, m00)]
+        rows = [x[some] for x in flat]
+        limits = _tango_high(rows[1], rows[2], rows[0] + rows[1] + rows[2] + rows[3])
+        for j in np.flatnonzero(np.abs(limits - floor) <= _BORDER):
+            limits[j] = _real_low(*(int(x[j]) for x in rows), upper=True)
+        high = high.ravel()
+        high[some] = limits
+        high = high.reshape(m.shape)
+    return applies & (delta < floor) & (high < floor)
 
 
 def validity_states(n11: np.ndarray, n10: np.ndarray, n01: np.ndarray, n00: np.ndarray,
@@ -268,10 +331,12 @@ def _hallucination_fails(n_a: np.ndarray, n_b: np.ndarray, k_a: np.ndarray, k_b:
 
 
 def decide(n11: Any, n10: Any, n01: Any, n00: Any, config: VerdictConfig = VerdictConfig(),
-           k_adapter: Any = None, k_base: Any = None) -> np.ndarray:
+           k_adapter: Any = None, k_base: Any = None, multi: tuple[Any, Any, Any, Any] | None = None) -> np.ndarray:
     """The verdict of every table at once: an array of :data:`PASS`, :data:`FAIL`, :data:`UNDECIDED`.
 
-    ``k_adapter`` / ``k_base``: hallucinated valid calls per table (None: none).
+    ``k_adapter`` / ``k_base``: hallucinated valid calls per table (None: none). ``multi``: the tables of
+    the conversations among the cases (m11, m10, m01, m00 — already counted in n11…n00), for the
+    multi-turn gate (None: a case set without conversations).
     """
     n11, n10, n01, n00 = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (n11, n10, n01, n00)))
     base_ok, state = validity_states(n11, n10, n01, n00, config)
@@ -280,6 +345,9 @@ def decide(n11: Any, n10: Any, n01: Any, n00: Any, config: VerdictConfig = Verdi
         k_a = np.broadcast_to(np.asarray(0 if k_adapter is None else k_adapter, dtype=np.int64), n11.shape)
         k_b = np.broadcast_to(np.asarray(0 if k_base is None else k_base, dtype=np.int64), n11.shape)
         hfail = _hallucination_fails(n11 + n01, n11 + n10, k_a, k_b, config)
+    if multi is not None:
+        hfail = hfail | multiturn_fails(*(np.broadcast_to(np.asarray(x, dtype=np.int64), n11.shape) for x in multi),
+                                        config)
     label = np.where(state == -1, FAIL, np.where(hfail, FAIL, np.where(state == 0, UNDECIDED, PASS)))
     return np.where(base_ok, label, UNDECIDED).astype(np.int8)
 
@@ -568,6 +636,21 @@ def fail_rate(scenario: Scenario, n: int, config: VerdictConfig = VerdictConfig(
 
 # --- Monte Carlo ---------------------------------------------------------------------------------
 
+def simulate_strata(scenario: Scenario, multi_turn: MultiTurn, n: int, runs: int,
+                    seed: int) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """``runs`` random case sets of n cases, ``multi_turn.count(n)`` of them conversations: the tables
+    (n11, n10, n01, n00, k_adapter, k_base) of the single-turn cases and of the conversations."""
+    m = multi_turn.count(n)
+    rng = np.random.Generator(np.random.PCG64(seed))
+
+    def draw(sc: Scenario, size: int) -> tuple[np.ndarray, ...]:
+        probs = np.array(sc.cells())
+        n11, n10, n01, n00 = rng.multinomial(size, probs / probs.sum(), size=runs).T
+        return n11, n10, n01, n00, rng.binomial(n11 + n01, sc.halluc_adapter), rng.binomial(n11 + n10, sc.halluc_base)
+
+    return draw(scenario, n - m), draw(multi_turn.scenario, m)
+
+
 def simulate_tables(scenario: Scenario, n: int, runs: int, seed: int) -> tuple[np.ndarray, ...]:
     """``runs`` random tables (n11, n10, n01, n00) and hallucinated counts (k_adapter, k_base)."""
     rng = np.random.Generator(np.random.PCG64(seed))
@@ -580,13 +663,21 @@ def simulate_tables(scenario: Scenario, n: int, runs: int, seed: int) -> tuple[n
 
 
 def simulate_rates(scenario: Scenario, n: int, config: VerdictConfig = VerdictConfig(), runs: int = DEFAULT_RUNS,
-                   seed: int = 0) -> VerdictRates:
-    """Seeded Monte Carlo estimate of the whole compound verdict's rates, with standard errors."""
+                   seed: int = 0, multi_turn: MultiTurn | None = None) -> VerdictRates:
+    """Seeded Monte Carlo estimate of the whole compound verdict's rates, with standard errors.
+
+    With ``multi_turn``, ``round(share · n)`` of the n cases are conversations drawn from its scenario (and
+    gated on their own as well), the rest from ``scenario``."""
     _check_n(n)
     if runs < 1:
         raise ToolfidError(f"Monte Carlo needs at least one run (got {runs})")
-    n11, n10, n01, n00, k_a, k_b = simulate_tables(scenario, n, runs, seed)
-    labels = decide(n11, n10, n01, n00, config, k_a, k_b)
+    if multi_turn is None:
+        n11, n10, n01, n00, k_a, k_b = simulate_tables(scenario, n, runs, seed)
+        labels = decide(n11, n10, n01, n00, config, k_a, k_b)
+    else:
+        single, conv = simulate_strata(scenario, multi_turn, n, runs, seed)
+        n11, n10, n01, n00, k_a, k_b = (s + m for s, m in zip(single, conv))
+        labels = decide(n11, n10, n01, n00, config, k_a, k_b, multi=conv[:4])
     rates = [float(np.mean(labels == code)) for code in (PASS, FAIL, UNDECIDED)]
     se = tuple(math.sqrt(r * (1 - r) / runs) for r in rates)
     return VerdictRates(n=n, pass_rate=rates[0], fail_rate=rates[1], undecided_rate=rates[2], method="monte carlo",
