@@ -44,7 +44,7 @@ def test_whole_set_verdicts_are_the_views_own_and_resampling_keeps_clear_failure
         assert row["verdict"] == expected, (label, row["reason"], recorded["reason"])
         for n in (24, 72):
             shares = row["subsets"][n]
-            for way in ("measured", "by_domain", "predicted"):
+            for way in ("measured", "by_domain", "predicted", "predicted_strata"):
                 assert abs(sum(shares[way].values()) - 1.0) < 1e-6, (label, n, way, shares[way])
     broken = rows["broken"]
     assert broken["verdict"] == "FAIL" and broken["lost"] > 0.9 * broken["relevant"]
@@ -66,6 +66,9 @@ def test_members_are_built_from_the_base_answers(demo_run):
     assert faithful.targets and set(faithful.targets) <= own
     assert bench_zoo.recipe_for("faithful-s1", answers, 1).contexts != faithful.contexts  # another seed, other cases
     assert bench_zoo.recipe_for("faithful-s0", answers, 0) == faithful  # the seed rebuilds it
+    overfit = bench_zoo.recipe_for("overfit-s0", answers, 0)  # the first faithful recipe, fitted hard
+    assert set(overfit.targets) <= own and overfit.must_learn and not faithful.must_learn
+    assert overfit.lr > faithful.lr and overfit.steps > faithful.steps and len(overfit.contexts) <= len(faithful.contexts)
     renamed = bench_zoo.recipe_for("renamed", answers, 0)
     assert any('_v2"' in t for t in renamed.targets)
     fmt = bench_zoo.recipe_for("format", answers, 0)
