@@ -34,7 +34,7 @@ Prints a markdown table (docs/validation.md) and writes ``OUT/validation.json``.
 Usage::
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_zoo.py --model qwen-coder --output runs/zoo
-        [--members zero,faithful-s0,prose-results,prose-domains] [--ns 50,100,268] [--subsets 400]
+        [--members zero,faithful-s0,faithful-s1,overfit-s0,prose-results,…] [--ns 50,100,268] [--subsets 400]
         [--seed 0] [--batch-size auto] [--analyse-only]
 """
 
@@ -393,7 +393,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen-coder")
     ap.add_argument("--output", required=True, help="run folder (kept: every finished view is reused)")
-    ap.add_argument("--members", default="zero,faithful-s0,prose-results,prose-domains")
+    ap.add_argument("--members", default=",".join(MEMBERS), help="default: the whole zoo")
     ap.add_argument("--ns", default="50,100,268")
     ap.add_argument("--subsets", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
