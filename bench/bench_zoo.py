@@ -271,19 +271,25 @@ def analyse(out: Path, members: list[str], ns: list[int], subsets: int, seed: in
         whole = summarize(pairs)
         verdict = judge(whole)
         relevant = [p for p in pairs if p.relevant]
-        lost = sum(1 for p in relevant if p.validity_delta is not None and p.validity_delta < 0)
-        gained = sum(1 for p in relevant if p.validity_delta is not None and p.validity_delta > 0)
-        base_valid = sum(1 for p in relevant if p.base is not None and p.base.valid)
         multi = [p for p in relevant if p.turn_depth >= 2]
         single = [p for p in relevant if p.turn_depth < 2]
 
-        def stratum(ps: list, halluc_base: float, halluc_adapter: float) -> Scenario:
+        def table(ps: list) -> tuple[int, int, int]:
+            """(base valid, lost, gained) among these cases."""
+            return (sum(1 for p in ps if p.base is not None and p.base.valid),
+                    sum(1 for p in ps if p.validity_delta is not None and p.validity_delta < 0),
+                    sum(1 for p in ps if p.validity_delta is not None and p.validity_delta > 0))
+
+        h = (whole.get("base_hallucination_rate") or 0.0, whole.get("hallucination_rate") or 0.0)
+
+        def stratum(ps: list) -> Scenario:
             """The paired binomial model of these cases: their base validity, lost and gained shares."""
-            valid = sum(1 for p in ps if p.base is not None and p.base.valid)
-            down = sum(1 for p in ps if p.validity_delta is not None and p.validity_delta < 0)
-            up = sum(1 for p in ps if p.validity_delta is not None and p.validity_delta > 0)
-            return Scenario(base_validity=valid / len(ps), lost=down / len(ps), gained=up / len(ps),
-                            halluc_base=halluc_base, halluc_adapter=halluc_adapter)
+            return Scenario(*(k / len(ps) for k in table(ps)), *h)
+
+        base_valid, lost, gained = table(relevant)
+        one_stratum = stratum(relevant)
+        conversations = MultiTurn(len(multi) / len(relevant), stratum(multi)) if multi and single else None
+        requests = stratum(single) if conversations else None
 
         def delta(ps: list) -> float | None:
             ds = [p.validity_delta for p in ps if p.validity_delta is not None]
@@ -311,12 +317,10 @@ def analyse(out: Path, members: list[str], ns: list[int], subsets: int, seed: in
                 clustered[decide(by_domain(n))] += 1
             share = len(relevant) / len(pairs)
             n_rel = max(1, round(n * share))
-            h = (whole.get("base_hallucination_rate") or 0.0, whole.get("hallucination_rate") or 0.0)
-            predicted = verdict_rates(stratum(relevant, *h), n_rel)
+            predicted = verdict_rates(one_stratum, n_rel)
             # the conversations as a stratum of their own, judged by the multi-turn gate too (Monte Carlo)
-            layered = (simulate_rates(stratum(single, *h), n_rel, runs=4000, seed=seed,
-                                      multi_turn=MultiTurn(len(multi) / len(relevant), stratum(multi, *h)))
-                       if multi and single else predicted)
+            layered = (simulate_rates(requests, n_rel, runs=4000, seed=seed, multi_turn=conversations)
+                       if conversations else predicted)
             by_n[n] = {"measured": {k: v / subsets for k, v in counts.items()},
                        "by_domain": {k: v / subsets for k, v in clustered.items()},
                        "predicted": {"PASS": predicted.pass_rate, "FAIL": predicted.fail_rate,
