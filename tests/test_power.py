@@ -440,6 +440,66 @@ def test_cli_multi_turn_stratum(capsys):
     assert json.loads(out)["fail"] < 0.01
 
 
+OVERFIT = (pw.Scenario(0.963, 0.0075, 0.015), pw.MultiTurn(0.25, pw.Scenario(0.899, 0.101, 0.011)))
+"""The zoo's overfit-s0 adapter on Qwen: it gains single requests and loses 9 points of conversations."""
+
+
+@pytest.mark.parametrize("p,drop,discordance", [(0.9, 0.10, 0.04), (0.8, 0.08, 0.06), (0.95, 0.07, 0.02)])
+def test_solve_n_strata_without_conversations_is_the_exact_solve_n(p, drop, discordance):
+    # no conversations (share 0, or conversations like the rest): the Monte Carlo search lands where the exact one does
+    sc = pw.Scenario.with_drop(p, drop, discordance)
+    exact = pw.solve_n(sc).n
+    for multi in (pw.MultiTurn(0.0, sc), pw.MultiTurn(0.3, sc)):
+        plan = pw.solve_n_strata(sc, multi, runs=20_000)
+        assert abs(plan.n - exact) <= max(3, exact // 50), (plan.n, exact, multi.share)
+        assert plan.fail_rate >= 0.8 and plan.false_alarm <= 0.05 and plan.n_stable >= plan.n
+
+
+def test_solve_n_strata_finds_the_n_where_the_conversations_drop_is_caught():
+    single, multi = OVERFIT
+    plan = pw.solve_n_strata(single, multi, runs=20_000)
+    assert plan.reason == "" and 1_000 < plan.n < 3_000 and plan.runs == 20_000 and plan.multi_turn == multi
+    # the rates it read at n are simulate_rates' with the same draws; other draws agree within Monte Carlo error
+    assert plan.fail_rate == pw.simulate_rates(single, plan.n, runs=20_000, multi_turn=multi).fail_rate >= 0.8
+    again = pw.simulate_rates(single, plan.n, runs=20_000, seed=7, multi_turn=multi)
+    assert abs(again.fail_rate - 0.8) < 4 * again.se[1] + 0.01, again
+    assert pw.simulate_rates(single, int(plan.n * 0.8), runs=20_000, seed=7, multi_turn=multi).fail_rate < 0.78
+    faithful = pw.MultiTurn(multi.share, multi.scenario.faithful())
+    assert plan.false_alarm == pw.simulate_rates(single.faithful(), plan.n, runs=20_000, multi_turn=faithful).fail_rate
+    assert plan.false_alarm <= 0.05
+    # one stratum with the same whole-set rates cannot see it: no n catches a whole-set drop of 1.7 points
+    whole = pw._mixture(single, multi)
+    assert whole.drop == pytest.approx(0.75 * -0.0075 + 0.25 * 0.09) and pw.solve_n(whole).n is None
+
+
+def test_solve_n_strata_says_when_no_n_works():
+    single, multi = OVERFIT
+    small = pw.MultiTurn(0.25, pw.Scenario(0.899, 0.04, 0.011))  # 2.9 points: inside the floor
+    plan = pw.solve_n_strata(single, small)
+    assert plan.n is None and "do not reach 80% at any n" in plan.reason and not plan.checked
+    capped = pw.solve_n_strata(single, multi, n_max=500)
+    assert capped.n is None and "n=500" in capped.reason
+    zero = pw.solve_n_strata(single, multi, VerdictConfig(validity_delta_floor=0.0))
+    assert zero.n is None and "half the time" in zero.reason
+    with pytest.raises(ToolfidError, match="no regression"):
+        pw.solve_n_strata(single, pw.MultiTurn(0.25, pw.Scenario(0.9, 0.01, 0.02)))
+
+
+def test_cli_solve_n_with_conversations(capsys):
+    args = ["--p", "0.963", "--lost", "0.0075", "--gained", "0.015", "--multi-turn", "0.25", "--multi-turn-p", "0.899",
+            "--multi-turn-lost", "0.101", "--multi-turn-gained", "0.011", "--solve-n", "--mc", "4000"]
+    rc, out, _ = cli(capsys, *args)
+    plan = pw.solve_n_strata(*OVERFIT, runs=4000)
+    assert rc == 0 and len(out.splitlines()) == 1 and out.startswith(f"n={plan.n}: FAIL ") and "monte carlo" in out, out
+    assert "multi-turn 25% of cases: base 0.90, drop 0.090" in out
+    rc, out, _ = cli(capsys, *args, "--json")
+    record = json.loads(out)
+    assert record["n"] == plan.n and record["fail_rate"] == plan.fail_rate and record["method"] == "monte carlo"
+    assert record["multi_turn"]["cases"] == round(0.25 * plan.n) and record["runs"] == 4000
+    rc, out, _ = cli(capsys, "--p", "0.9", "--drop", "0.02", "--solve-n", "--multi-turn", "0.2")
+    assert rc == 0 and out.startswith("no n meets power 80%") and "do not reach 80% at any n" in out, out
+
+
 def test_cli_solve_n_and_solve_drop(capsys):
     rc, out, _ = cli(capsys, "--p", "0.9", "--drop", "0.10", "--solve-n", "--discordance", "0.1")
     plan = pw.solve_n(pw.Scenario.with_drop(0.9, 0.1, 0.1))
@@ -496,7 +556,9 @@ def test_cli_table_and_svg(capsys, tmp_path):
     (["--p", "0.9", "--table", "--ns", "0,10"], "--ns (positive sizes)"),
     (["--p", "0.9", "--n", "10", "--multi-turn-lost", "0.2"], "give --multi-turn SHARE too"),
     (["--p", "0.9", "--n", "10", "--multi-turn", "1.5"], "--multi-turn must be a rate in [0, 1]"),
-    (["--p", "0.9", "--drop", "0.1", "--solve-n", "--multi-turn", "0.2"], "--multi-turn is modelled for one setting"),
+    (["--p", "0.9", "--n", "268", "--solve-drop", "--multi-turn", "0.2"], "--solve-drop and --table model one stratum"),
+    (["--p", "0.9", "--drop", "0.1", "--solve-n", "--mc", "100"], "--mc estimates one setting"),
+    (["--p", "0.9", "--lost", "0.02", "--gained", "0.03", "--solve-n", "--multi-turn", "0.2"], "no regression"),
     (["--p", "0.9", "--n", "10", "--multi-turn", "0.2", "--multi-turn-p", "0.5", "--multi-turn-lost", "0.7"],
      "multi-turn cases: cases lost"),
 ])

@@ -89,9 +89,9 @@ def _multi_turn(args: argparse.Namespace, mode: str):  # type: ignore[no-untyped
         if given:
             raise ToolfidError(f"{given[0]} describes the conversations: give --multi-turn SHARE too")
         return None
-    if mode != "rates":
-        raise ToolfidError("--multi-turn is modelled for one setting (--n, by Monte Carlo); "
-                           "--solve-n, --solve-drop and --table model one stratum")
+    if mode not in ("rates", "solve_n"):
+        raise ToolfidError("--multi-turn is modelled for one setting (--n) and --solve-n, by Monte Carlo; "
+                           "--solve-drop and --table model one stratum")
     for flag, value in (("--multi-turn", args.multi_turn), *((f, getattr(args, f[2:].replace("-", "_"))) for f in given)):
         if not (math.isfinite(value) and 0.0 <= value <= 1.0):
             raise ToolfidError(f"{flag} must be a rate in [0, 1] (got {value:g})")
@@ -162,8 +162,9 @@ def _check_modes(args: argparse.Namespace) -> str:
     if mode in ("table", "solve_drop") and (args.lost is not None or args.gained is not None or args.drop is not None):
         raise ToolfidError(f"{'--table' if mode == 'table' else '--solve-drop'} varies the drop: give --discordance, "
                            "not --drop/--lost/--gained")
-    if args.mc is not None and mode != "rates":
-        raise ToolfidError("--mc estimates one setting; --solve-n, --solve-drop and --table are exact")
+    if args.mc is not None and mode != "rates" and not (mode == "solve_n" and args.multi_turn is not None):
+        raise ToolfidError("--mc estimates one setting (or --solve-n with --multi-turn); --solve-n, --solve-drop "
+                           "and --table are exact")
     if args.mc is not None and args.mc < 1:
         raise ToolfidError(f"--mc needs a positive number of runs (got {args.mc})")
     if mode not in ("solve_n", "solve_drop") and (args.power is not None or args.alpha is not None):
@@ -211,38 +212,52 @@ def cmd_power(args: argparse.Namespace) -> int:
                            "scenario": scenario.as_record(), "config": config.model_dump(), **_rates_record(rates)})
         return 0
     if mode == "solve_n":
-        return _solve_n(args, config, deff)
+        return _solve_n(args, config, deff, multi)
     if mode == "solve_drop":
         return _solve_drop(args, config, deff)
     return _table(args, config, deff)
 
 
-def _solve_n(args: argparse.Namespace, config, deff: float) -> int:  # type: ignore[no-untyped-def]
+def _solve_n(args: argparse.Namespace, config, deff: float, multi) -> int:  # type: ignore[no-untyped-def]
     from lm_eval_toolfid.scoring import power as pw
 
     scenario = _scenario(args)
     power = pw.DEFAULT_POWER if args.power is None else args.power
     alpha = pw.DEFAULT_ALPHA if args.alpha is None else args.alpha
     n_max = pw.N_MAX if args.n_max is None else args.n_max
-    plan = pw.solve_n(scenario, config, power, alpha, max(1, math.floor(n_max / deff)))
-    faithful = scenario.faithful()
+    n_max_eff = max(1, math.floor(n_max / deff))
+    if multi is None:
+        plan = pw.solve_n(scenario, config, power, alpha, n_max_eff)
+        what = scenario.describe()
+        faithful = f"faithful: lost = gained = {scenario.faithful().lost:.3f}"
+        method = "(exact)"
+    else:
+        runs = pw.DEFAULT_RUNS if args.mc is None else args.mc
+        plan = pw.solve_n_strata(scenario, multi, config, power, alpha, n_max_eff, runs=runs, seed=args.seed)
+        what = f"single-turn {scenario.describe()}; {multi.describe()}"
+        faithful = (f"faithful: lost = gained = {scenario.faithful().lost:.3f} single-turn, "
+                    f"{multi.scenario.faithful().lost:.3f} multi-turn")
+        method = f"(monte carlo, {runs} runs per rate, the same draws at every n)"
     nominal = (lambda m: None if m is None else math.ceil(m * deff))
     record = {"question": "solve_n", "n": nominal(plan.n), "n_stable": nominal(plan.n_stable), "effective_n": plan.n,
               "design_effect": deff, "power": power, "alpha": alpha, "fail_rate": plan.fail_rate,
               "false_alarm": plan.false_alarm, "faithful_pass": plan.faithful_pass, "reason": plan.reason or None,
-              "scenario": scenario.as_record(), "config": config.model_dump()}
+              "scenario": scenario.as_record(), "config": config.model_dump(),
+              "method": "exact" if multi is None else "monte carlo"}
+    if multi is not None:
+        record.update(multi_turn={**multi.as_record(), "cases": None if plan.n is None else multi.count(plan.n)},
+                      runs=plan.runs, seed=args.seed)
     if plan.n is None:
-        line = (f"no n meets power {power:.0%} with false alarm ≤ {alpha:.0%} ({scenario.describe()}, "
+        line = (f"no n meets power {power:.0%} with false alarm ≤ {alpha:.0%} ({what}, "
                 f"{_setting_text(config)}): {plan.reason}")
     else:
-        line = (f"{_n_text(nominal(plan.n), plan.n, deff)}: FAIL {_percent(plan.fail_rate)} for {scenario.describe()}; "
-                f"false alarm {_percent(plan.false_alarm)} (faithful: lost = gained = {faithful.lost:.3f}); "
-                f"{_setting_text(config)}")
+        line = (f"{_n_text(nominal(plan.n), plan.n, deff)}: FAIL {_percent(plan.fail_rate)} for {what}; "
+                f"false alarm {_percent(plan.false_alarm)} ({faithful}); {_setting_text(config)}")
         if plan.n_stable != plan.n:
             line += f"; both hold for every n ≥ {nominal(plan.n_stable)} (sawtooth in n)"
         if plan.faithful_pass is not None:
             line += f"; a faithful adapter PASSes {_percent(plan.faithful_pass)}"
-        line += " (exact)"
+        line += f" {method}"
     _emit(args, line, record)
     return 0
 
@@ -360,7 +375,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--multi-turn", dest="multi_turn", type=float, metavar="SHARE",
                    help="this share of the n cases are conversations (turn depth ≥ 2), gated on their own as well "
                         "(the verdict's multi-turn gate); --p/--drop/--lost/--gained then describe the other cases. "
-                        "Monte Carlo (--mc runs, default 20000)")
+                        "Monte Carlo (--mc runs, default 20000); with --solve-n, the n needed")
     p.add_argument("--multi-turn-p", dest="multi_turn_p", type=float,
                    help="the base's validity on the conversations (default --p)")
     p.add_argument("--multi-turn-lost", dest="multi_turn_lost", type=float,

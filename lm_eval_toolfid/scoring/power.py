@@ -35,7 +35,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
@@ -701,19 +701,24 @@ def limit_fail_rate(scenario: Scenario, config: VerdictConfig) -> float:
             return 0.5 if variable else 0.0
         return 1.0 if value > threshold else 0.0
 
-    p, mb = scenario.base_validity, config.min_base_validity
-    if p > mb + 1e-12 or mb == 0:
-        base = 1.0
-    elif abs(p - mb) <= 1e-12:
-        base = 1.0 if p in (0.0, 1.0) else 0.5  # exactly on the threshold: certain only without variance
-    else:
-        base = 0.0
+    p = scenario.base_validity
+    base = _limit_base_ok(p, config)
     validity = side(scenario.drop, -config.validity_delta_floor, scenario.discordance > 0)
     halluc = 0.0
     if p - scenario.drop > 0 and scenario.hallucinates:
         value = scenario.halluc_adapter - (0 if config.hallucination_gate == "absolute" else scenario.halluc_base)
         halluc = side(value, config.hallucination_cap, 0 < scenario.halluc_adapter < 1)
     return base * (1 - (1 - validity) * (1 - halluc))
+
+
+def _limit_base_ok(p: float, config: VerdictConfig) -> float:
+    """Where P(base validity ≥ min_base_validity) goes as n grows."""
+    mb = config.min_base_validity
+    if p > mb + 1e-12 or mb == 0:
+        return 1.0
+    if abs(p - mb) <= 1e-12:
+        return 1.0 if p in (0.0, 1.0) else 0.5  # exactly on the threshold: certain only without variance
+    return 0.0
 
 
 @dataclass(frozen=True)
@@ -736,6 +741,10 @@ class SampleSizePlan:
     reason: str = ""
     checked: dict[int, tuple[float, float | None]] = field(default_factory=dict)
     """Every n evaluated: (P(FAIL | scenario), P(FAIL | faithful) — None when the power fell short)."""
+    multi_turn: MultiTurn | None = None
+    """:func:`solve_n_strata`: the conversations' stratum (``scenario`` is then the single-turn cases)."""
+    runs: int | None = None
+    """:func:`solve_n_strata`: Monte Carlo runs per rate (None: exact)."""
 
 
 def _sawtooth_run(config: VerdictConfig) -> int:
@@ -777,11 +786,28 @@ def solve_n(scenario: Scenario, config: VerdictConfig = VerdictConfig(), power: 
         hit, alarm = memo[n]
         return alarm is not None and hit >= power and alarm <= alpha
 
+    found = _smallest_n(meets, n_max, _sawtooth_run(config))
+    if found is None:
+        return SampleSizePlan(scenario, power, alpha, None, checked=memo,
+                              reason=f"not reached by n={n_max:,} (the drop is close to the floor)")
+    best, stable = found
+    hit, alarm = memo[best]
+    faithful_pass = None
+    if config.gate_mode == "noninferiority" and _table_count(faithful, best) <= MAX_TABLES // 8:
+        faithful_pass = verdict_rates(faithful, best, config).pass_rate
+    return SampleSizePlan(scenario, power, alpha, best, fail_rate=hit, false_alarm=alarm, n_stable=stable,
+                          faithful_pass=faithful_pass, checked=memo)
+
+
+def _smallest_n(meets: Callable[[int], bool], n_max: int, run: int) -> tuple[int, int] | None:
+    """(the smallest n that ``meets``, the n from which it holds ``run`` times in a row), or None up to n_max.
+
+    Doubling finds an n that meets, bisection a boundary below it, a scan downward (until ``run`` n in a
+    row fall short) the smallest, a scan upward the stable one: the rates are sawtooth curves in n."""
     hi = min(8, n_max)
     while not meets(hi):
         if hi >= n_max:
-            return SampleSizePlan(scenario, power, alpha, None, checked=memo,
-                                  reason=f"not reached by n={n_max:,} (the drop is close to the floor)")
+            return None
         hi = min(2 * hi, n_max)
     lo = hi // 2
     while hi - lo > 1:
@@ -790,7 +816,6 @@ def solve_n(scenario: Scenario, config: VerdictConfig = VerdictConfig(), power: 
             hi = mid
         else:
             lo = mid
-    run = _sawtooth_run(config)
     best, misses, m = hi, 0, hi - 1
     while m >= 1 and misses < run:
         if meets(m):
@@ -805,12 +830,96 @@ def solve_n(scenario: Scenario, config: VerdictConfig = VerdictConfig(), power: 
         else:
             stable, streak = m + 1, 0
         m += 1
+    return best, stable
+
+
+STRATA_RUN = 16
+"""--solve-n with conversations: consecutive n checked past a candidate (each n costs two Monte Carlo runs)."""
+
+
+def solve_n_strata(scenario: Scenario, multi_turn: MultiTurn, config: VerdictConfig = VerdictConfig(),
+                   power: float = DEFAULT_POWER, alpha: float = DEFAULT_ALPHA, n_max: int = N_MAX,
+                   runs: int = DEFAULT_RUNS, seed: int = 0) -> SampleSizePlan:
+    """:func:`solve_n` with the conversations as a stratum of their own (the multi-turn gate included), by
+    seeded Monte Carlo: the same ``runs`` and ``seed`` at every n, so the rates move smoothly with n (common
+    random numbers) and the answer is within a few cases of the n where both estimates cross their targets.
+    The faithful counterpart is faithful in both strata (lost = gained in each)."""
+    if not 0 < power < 1 or not 0 < alpha < 1:
+        raise ToolfidError("power and alpha must be in (0, 1)")
+    conv = multi_turn.scenario
+    if scenario.hallucinates or conv.hallucinates:
+        raise ToolfidError("sample sizes are planned for the validity gate: give no hallucination rates")
+    whole = _mixture(scenario, multi_turn)
+    if whole.drop <= 0 and conv.drop <= 0:
+        raise ToolfidError(f"drops of {scenario.drop:.3f} (single-turn) and {conv.drop:.3f} (multi-turn) are no "
+                           "regression: give a drop > 0 in either")
+    _check_n(n_max)
+    for label, sc in (("single-turn", scenario), ("multi-turn", conv)):
+        if sc.gained > sc.base_validity:
+            raise ToolfidError(f"the faithful counterpart of the {label} cases (lost = gained = {sc.gained:.3f}) is "
+                               f"impossible for a base validity of {sc.base_validity:.2f}: lower the gained share")
+    faithful, faithful_multi = scenario.faithful(), MultiTurn(multi_turn.share, conv.faithful())
+    reason = _strata_infeasible(scenario, multi_turn, config, power, alpha)
+    if reason:
+        return SampleSizePlan(scenario, power, alpha, None, reason=reason, multi_turn=multi_turn, runs=runs)
+    memo: dict[int, tuple[float, float | None]] = {}
+
+    def meets(n: int) -> bool:
+        if n not in memo:
+            hit = simulate_rates(scenario, n, config, runs, seed, multi_turn).fail_rate
+            memo[n] = (hit, simulate_rates(faithful, n, config, runs, seed, faithful_multi).fail_rate
+                       if hit >= power else None)
+        hit, alarm = memo[n]
+        return alarm is not None and hit >= power and alarm <= alpha
+
+    found = _smallest_n(meets, n_max, STRATA_RUN)
+    if found is None:
+        return SampleSizePlan(scenario, power, alpha, None, checked=memo, multi_turn=multi_turn, runs=runs,
+                              reason=f"not reached by n={n_max:,} (a drop close to the floor)")
+    best, stable = found
     hit, alarm = memo[best]
-    faithful_pass = None
-    if config.gate_mode == "noninferiority" and _table_count(faithful, best) <= MAX_TABLES // 8:
-        faithful_pass = verdict_rates(faithful, best, config).pass_rate
     return SampleSizePlan(scenario, power, alpha, best, fail_rate=hit, false_alarm=alarm, n_stable=stable,
-                          faithful_pass=faithful_pass, checked=memo)
+                          checked=memo, multi_turn=multi_turn, runs=runs)
+
+
+def _mixture(scenario: Scenario, multi_turn: MultiTurn) -> Scenario:
+    """The whole case set's rates: the two strata weighted by their shares."""
+    s, conv = multi_turn.share, multi_turn.scenario
+
+    def mix(a: float, b: float) -> float:
+        return (1 - s) * a + s * b
+
+    return Scenario(mix(scenario.base_validity, conv.base_validity), mix(scenario.lost, conv.lost),
+                    mix(scenario.gained, conv.gained))
+
+
+def _strata_infeasible(scenario: Scenario, multi_turn: MultiTurn, config: VerdictConfig, power: float,
+                       alpha: float) -> str:
+    """Why no n can meet the targets, from the rates' limits as n grows (empty when some n may)."""
+    whole, conv = _mixture(scenario, multi_turn), multi_turn.scenario
+    has_conv = multi_turn.share > 0
+
+    def limit(whole_sc: Scenario, conv_sc: Scenario) -> float:
+        """P(FAIL) as n grows: the base gate of the whole set, then its validity gate or the conversations'
+        (whose own base gate only switches theirs off)."""
+        base = _limit_base_ok(whole_sc.base_validity, config)
+        if base == 0:
+            return 0.0
+        gates = limit_fail_rate(whole_sc, config) / base
+        conv_fail = limit_fail_rate(conv_sc, config) if has_conv else 0.0
+        return base * (1 - (1 - gates) * (1 - conv_fail))
+
+    if whole.base_validity < config.min_base_validity:
+        return (f"the base's validity {whole.base_validity:.2f} is below min_base_validity "
+                f"{config.min_base_validity:.2f}: every verdict is UNDECIDED")
+    if limit(whole, conv) < power:
+        return (f"FAIL needs the observed drop of the whole set or of the conversations to exceed "
+                f"{-config.validity_delta_floor:.3f}; drops of {whole.drop:.3f} (whole set) and {conv.drop:.3f} "
+                f"(conversations) do not reach {power:.0%} at any n")
+    if limit(_mixture(scenario.faithful(), MultiTurn(multi_turn.share, conv.faithful())), conv.faithful()) > alpha:
+        return (f"at floor {config.validity_delta_floor:+.3f} a faithful adapter fails about half the time at any n; "
+                "use a floor below 0")
+    return ""
 
 
 def _table_count(scenario: Scenario, n: int, tol: float = DEFAULT_TOL) -> int:
