@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 import subprocess
 import xml.etree.ElementTree as ET
 from collections import Counter
 from itertools import product
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -582,3 +584,27 @@ def test_cli_entry_point():
     proc = subprocess.run([str(BIN / "toolfid"), "power", "--p", "-0.1", "--n", "268"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 4 and proc.stdout == "" and proc.stderr.count("\n") == 1
+
+
+def _doc_examples(path: Path) -> list[tuple[list[str], str]]:
+    """Every ``$ toolfid power …`` line of a doc's code blocks with the output printed under it."""
+    examples: list[tuple[list[str], str]] = []
+    in_block = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            in_block = not in_block
+        elif in_block and line.startswith("$ toolfid power "):
+            examples.append((shlex.split(line)[3:], ""))
+        elif in_block and examples and line.strip():
+            argv, out = examples[-1]
+            examples[-1] = (argv, out + line + "\n")
+    return examples
+
+
+def test_docs_power_examples_print_what_the_doc_shows(capsys):
+    # the doc's numbers are the tool's: every example is run and its output compared line for line
+    examples = _doc_examples(Path(__file__).resolve().parents[1] / "docs" / "power.md")
+    assert len(examples) >= 7 and any("--solve-n" in a and "--multi-turn" in a for a, _ in examples)
+    for argv, shown in examples:
+        rc, out, _ = cli(capsys, *argv)
+        assert rc == 0 and out == shown, (argv, out, shown)
