@@ -214,7 +214,9 @@ class GreedyEngine:
         self.device = next(model.parameters()).device
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         params = inspect.signature(base.forward).parameters
-        if "position_ids" not in params or "past_key_values" not in params:
+        # transformers 5.24 renamed forward's past_key_values to cache (the old name deprecated until 5.40)
+        self.cache_arg = "cache" if "cache" in params else "past_key_values"
+        if "position_ids" not in params or self.cache_arg not in params:
             raise EngineUnsupported(f"{type(base).__name__}.forward takes no position_ids/past_key_values")
         self.keep_logits = "logits_to_keep" in params
         text_config = base.config.get_text_config(decoder=True) if hasattr(base.config, "get_text_config") else base.config
@@ -270,8 +272,9 @@ class GreedyEngine:
             stats.padded_tokens += int(input_ids.numel())
         stats.logit_rows += int(input_ids.shape[0]) * keep
         kwargs: dict[str, Any] = {"logits_to_keep": keep} if self.keep_logits else {}
+        kwargs[self.cache_arg] = cache
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=cache, use_cache=True, **kwargs)
+                         use_cache=True, **kwargs)
         logits = out.logits
         if logits.shape[1] > keep:
             logits = logits[:, -keep:]
