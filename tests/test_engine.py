@@ -279,3 +279,39 @@ def test_settings_the_engine_does_not_apply_go_through_generate(toolfid_home: Pa
     assert {k: truncate_call(v) for k, v in got.items()} == {k: truncate_call(v) for k, v in want.items()}
     record = _generation_record(ours)
     assert record["engine"] == "generate" and "repetition_penalty" in record["generate_reason"]
+
+
+def test_generate_path_sizes_auto_from_memory_not_lm_evals_detection(toolfid_home: Path, capsys: Any) -> None:
+    """``batch_size=auto`` on the generate path (a model or setting the engine does not fit): the batch comes
+    from free memory, as on the engine's path — lm-eval's detection would print to stdout (breaking
+    ``--json``) and run a forward pass at the model's whole context — and the answers are HFLM's."""
+    import lm_eval.evaluator
+    import torch
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    from lm_eval_toolfid.cases.bundled import fixture_paths, tasks_path
+    from lm_eval_toolfid.formats.call_end import truncate_call
+    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+
+    torch.set_num_threads(1)
+    lm_eval.evaluator.get_git_commit_hash = lambda: None
+    base, task = fixture_paths()["base"], "tool_use_fidelity_fixture"
+
+    def view(lm: Any) -> tuple[dict, dict[str, str]]:
+        lm.model.generation_config.repetition_penalty = 1.3
+        manager = TaskManager(include_path=str(tasks_path()), include_defaults=False,
+                              metadata={"pretrained": base, "write_reference": False})
+        out = simple_evaluate(model=lm, model_args={"pretrained": base}, tasks=[task], task_manager=manager,
+                              log_samples=True, bootstrap_iters=0, limit=12)
+        return out, {s["doc"]["id"]: s["resps"][0][0] for s in out["samples"][task]}
+
+    lm = ToolfidHFLM(pretrained=base, batch_size="auto", device="cpu")
+    capsys.readouterr()
+    ours, got = view(lm)
+    printed = capsys.readouterr().out
+    assert "Detecting largest batch size" not in printed and lm.batch_size_per_gpu == "auto"
+    assert _generation_record(ours)["engine"] == "generate"
+    _, want = view(HFLM(pretrained=base, batch_size=12, device="cpu"))  # the 12 rows in one batch, as auto sized them
+    assert {k: truncate_call(v) for k, v in got.items()} == {k: truncate_call(v) for k, v in want.items()}

@@ -156,6 +156,10 @@ class ToolfidHFLM(HFLM):
             self.batch_size_per_gpu = max(1, len(requests))
         else:
             self._engine_batch = None
+            if str(saved).startswith("auto") and requests:
+                # lm-eval's own auto detection prints to stdout (breaking --json) and runs a forward pass at
+                # the model's whole context (32k tokens for Qwen2.5: over 20 GB on CPU): size from memory instead
+                self.batch_size_per_gpu = self._auto_rows(requests)
         try:
             return super().generate_until(requests, disable_tqdm=disable_tqdm)
         finally:
@@ -166,6 +170,15 @@ class ToolfidHFLM(HFLM):
                 info = self._row_info.get(r.args[0])
                 if info is not None:
                     r.toolfid_generation = info
+
+    def _auto_rows(self, requests: list[Any]) -> int:
+        """``auto`` for lm-eval's generate path: the rows the free memory holds (prompt + generation budget)."""
+        lengths = []
+        for r in requests:
+            kwargs = r.args[1] if len(r.args) > 1 and isinstance(r.args[1], dict) else {}
+            budget = int(kwargs.get("max_gen_toks", self.max_gen_toks))
+            lengths.append(min(self.max_length, len(self.tok_encode(r.args[0])) + budget))
+        return auto_batch_size(self.model, self.device, lengths)
 
     def _engine_fits(self, requests: list[Any]) -> str | None:
         """Why these requests will not go to the engine (None: they will), decided before batching."""
