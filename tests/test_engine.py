@@ -248,17 +248,30 @@ def test_two_run_lm_eval_flow_verifies_from_the_stored_reference(tmp_path: Path)
     assert meta["pairing"].startswith("reference store")
 
 
+def _penalised_view(lm: Any, base: str, task: str, limit: int) -> tuple[dict, dict[str, str]]:
+    """A fixture view with repetition_penalty in the generation config (the engine does not apply it)."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    from lm_eval_toolfid.cases.bundled import tasks_path
+
+    lm.model.generation_config.repetition_penalty = 1.3
+    manager = TaskManager(include_path=str(tasks_path()), include_defaults=False,
+                          metadata={"pretrained": base, "write_reference": False})
+    out = simple_evaluate(model=lm, model_args={"pretrained": base}, tasks=[task], task_manager=manager,
+                          log_samples=True, bootstrap_iters=0, limit=limit)
+    return out, {s["doc"]["id"]: s["resps"][0][0] for s in out["samples"][task]}
+
+
 def test_settings_the_engine_does_not_apply_go_through_generate(toolfid_home: Path) -> None:
     """A generation config with a logits processor (HF applies repetition_penalty to greedy decoding
     too): the view goes through transformers' generate in lm-eval's batches, says so in its record,
     and answers exactly as lm-eval's own HFLM does."""
     import lm_eval.evaluator
     import torch
-    from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
 
-    from lm_eval_toolfid.cases.bundled import fixture_paths, tasks_path
+    from lm_eval_toolfid.cases.bundled import fixture_paths
     from lm_eval_toolfid.formats.call_end import truncate_call
     from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
 
@@ -267,12 +280,7 @@ def test_settings_the_engine_does_not_apply_go_through_generate(toolfid_home: Pa
     base, task = fixture_paths()["base"], "tool_use_fidelity_fixture"
 
     def view(lm: Any) -> tuple[dict, dict[str, str]]:
-        lm.model.generation_config.repetition_penalty = 1.3
-        manager = TaskManager(include_path=str(tasks_path()), include_defaults=False,
-                              metadata={"pretrained": base, "write_reference": False})
-        out = simple_evaluate(model=lm, model_args={"pretrained": base}, tasks=[task], task_manager=manager,
-                              log_samples=True, bootstrap_iters=0, limit=16)
-        return out, {s["doc"]["id"]: s["resps"][0][0] for s in out["samples"][task]}
+        return _penalised_view(lm, base, task, 16)
 
     ours, got = view(ToolfidHFLM(pretrained=base, batch_size=8, device="cpu"))
     _, want = view(HFLM(pretrained=base, batch_size=8, device="cpu"))
@@ -287,11 +295,9 @@ def test_generate_path_sizes_auto_from_memory_not_lm_evals_detection(toolfid_hom
     ``--json``) and run a forward pass at the model's whole context — and the answers are HFLM's."""
     import lm_eval.evaluator
     import torch
-    from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
 
-    from lm_eval_toolfid.cases.bundled import fixture_paths, tasks_path
+    from lm_eval_toolfid.cases.bundled import fixture_paths
     from lm_eval_toolfid.formats.call_end import truncate_call
     from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
 
@@ -300,12 +306,7 @@ def test_generate_path_sizes_auto_from_memory_not_lm_evals_detection(toolfid_hom
     base, task = fixture_paths()["base"], "tool_use_fidelity_fixture"
 
     def view(lm: Any) -> tuple[dict, dict[str, str]]:
-        lm.model.generation_config.repetition_penalty = 1.3
-        manager = TaskManager(include_path=str(tasks_path()), include_defaults=False,
-                              metadata={"pretrained": base, "write_reference": False})
-        out = simple_evaluate(model=lm, model_args={"pretrained": base}, tasks=[task], task_manager=manager,
-                              log_samples=True, bootstrap_iters=0, limit=12)
-        return out, {s["doc"]["id"]: s["resps"][0][0] for s in out["samples"][task]}
+        return _penalised_view(lm, base, task, 12)
 
     lm = ToolfidHFLM(pretrained=base, batch_size="auto", device="cpu")
     capsys.readouterr()
