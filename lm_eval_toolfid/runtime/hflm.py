@@ -54,6 +54,12 @@ _PROCESSOR_SETTINGS = ("repetition_penalty", "no_repeat_ngram_size", "encoder_no
                        "epsilon_cutoff", "eta_cutoff", "renormalize_logits", "remove_invalid_values")
 
 
+def request_gen_kwargs(request: Any) -> dict[str, Any]:
+    """A generate_until request's generation settings (``until``, ``max_gen_toks``, …); {} if none."""
+    args = request.args
+    return args[1] if len(args) > 1 and isinstance(args[1], dict) else {}
+
+
 def single_call(request: Any) -> bool:
     """Whether a request is a tool_use_fidelity case answered by (at most) one call."""
     doc = getattr(request, "doc", None)
@@ -175,7 +181,7 @@ class ToolfidHFLM(HFLM):
         """``auto`` for lm-eval's generate path: the rows the free memory holds (prompt + generation budget)."""
         lengths = []
         for r in requests:
-            kwargs = r.args[1] if len(r.args) > 1 and isinstance(r.args[1], dict) else {}
+            kwargs = request_gen_kwargs(r)
             budget = int(kwargs.get("max_gen_toks", self.max_gen_toks))
             lengths.append(min(self.max_length, len(self.tok_encode(r.args[0])) + budget))
         return auto_batch_size(self.model, self.device, lengths)
@@ -191,7 +197,7 @@ class ToolfidHFLM(HFLM):
         if self._engine_unsupported:
             return self._engine_unsupported
         for r in requests:
-            kwargs = r.args[1] if len(r.args) > 1 and isinstance(r.args[1], dict) else {}
+            kwargs = request_gen_kwargs(r)
             why = engine_blocker(self.model, {k: v for k, v in kwargs.items() if k not in ("until", "max_gen_toks")})
             if why:
                 return why
