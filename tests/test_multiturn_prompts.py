@@ -215,3 +215,44 @@ def test_every_style_renders_every_hand_made_conversation(tmp_path):
                     json.dumps(msg.tool_calls[-1].arguments, ensure_ascii=False)
                 assert shown and shown in text[at:], (style, case.id, shown)
                 at = text.index(shown, at)
+
+
+# --- assistant turns of text (no tool_calls) ----------------------------------------------------------
+
+PROSE = [{"role": "assistant", "content": "Which date do you want to fly?"}, {"role": "user", "content": "June 12."}]
+
+
+def prose_case(**extra) -> Case:
+    return flight_case(history=PROSE, gold_tool_name="search_flights",
+                       gold_arguments={"origin": "Paris", "dest": "Rome"}, **extra)
+
+
+def test_assistant_text_turns_render_in_plain_and_raw():
+    case = prose_case()
+    text = Prompter("plain", demos=0, template="plain-v1", cases=[case]).render(case)
+    assert text.endswith("### Request\nFind flights from Paris to Rome.\n"
+                         "### Reply\nWhich date do you want to fly?\n"
+                         "### Request\nJune 12.\n### Call\n")
+    assert Prompter("raw", cases=[case]).render(case) == (
+        "User: Find flights from Paris to Rome.\n\nAssistant: Which date do you want to fly?\n\n"
+        "User: June 12.\n\nAssistant:")
+
+
+@pytest.mark.parametrize("template", ["HERMES_TOOLS", "HERMES", "IGNORES_TOOLS", "NO_SYSTEM", "ALTERNATING"])
+def test_assistant_text_turns_render_as_assistant_messages_in_chat(tokenizer, template):
+    """The text is the content of an assistant message of the template, between the request and the later
+    user turn, whatever the template does with tool calls (no tool call to fall back on)."""
+    tokenizer.chat_template = {"HERMES_TOOLS": HERMES_TOOLS, "HERMES": HERMES, "IGNORES_TOOLS": IGNORES_TOOLS,
+                               "NO_SYSTEM": NO_SYSTEM, "ALTERNATING": ALTERNATING}[template]
+    chat = ChatPrompter(tokenizer, template, warn=False)
+    case = prose_case()
+    messages, _ = chat.messages(case, [], None)
+    assert messages[-2:] == [{"role": "assistant", "content": "Which date do you want to fly?"},
+                             {"role": "user", "content": "June 12."}]
+    text = chat.render(case, [])
+    assistant = "<start_of_turn>model\n" if template in ("NO_SYSTEM", "ALTERNATING") else "<|im_start|>assistant\n"
+    if template == "NO_SYSTEM":
+        assistant = "<start_of_turn>assistant\n"
+    assert assistant + "Which date do you want to fly?" in text
+    assert _order(text, "Find flights from Paris to Rome.", "Which date do you want to fly?", "June 12.")
+    assert "Tool result" not in text and not chat.history_text_cases

@@ -9,6 +9,9 @@ Decisions (see docs/bfcl.md):
 - the prompt is the text of the user turn(s); system turns are kept as a prefix of the prompt, separated
   by a blank line (a case has one prompt text; that is also what BFCL's prompting does for models
   without a system role);
+- a question that is a conversation (earlier assistant messages, as 8 ``live_irrelevance`` questions are):
+  the system and user messages before the first assistant message are the prompt, the rest is the case's
+  ``history`` (assistant turns with text ``content``, user turns; consecutive user messages as one turn);
 - tools are BFCL's ``function`` list with parameter schemas normalised to JSON Schema (``dict`` ->
   ``object``, ``float`` -> ``number``, ``tuple`` -> ``array``, ``any`` -> unconstrained) so chat
   templates and models see standard specs;
@@ -17,7 +20,7 @@ Decisions (see docs/bfcl.md):
 - ``irrelevance`` categories (no call expected) become ``irrelevant: true`` cases and need no answers; a
   question that offers no function at all (``"function": []``, as in ``live_irrelevance``) becomes an
   irrelevance case with no tools;
-- an entry that is well-formed but cannot be a case (a conversation with assistant turns, several turns,
+- an entry that is well-formed but cannot be a case (a conversation a case cannot hold, several turns,
   a call expected with no function offered, a tool schema that is not JSON Schema) is skipped and counted
   by reason (:class:`Conversion`); a malformed file (bad JSON, duplicate ids, answers that do not match)
   is an error;
@@ -94,7 +97,7 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
 
 SKIP_MULTI_TURN = "several turns"
-SKIP_CONVERSATION = "conversation with assistant turns"
+SKIP_CONVERSATION = "conversation a case cannot hold"
 SKIP_NO_FUNCTION = "a call expected but no function offered"
 SKIP_SCHEMA = "tool schema not JSON Schema"
 
@@ -121,9 +124,15 @@ class Conversion:
         self.first_skip.setdefault(reason, detail)
 
 
-def prompt_of(question: Any, where: str) -> str:
-    """The case prompt from BFCL's ``question`` (one turn: a list of messages). Raises :class:`Skip` for a
-    question a case cannot hold (several turns; assistant turns), :class:`ToolfidError` for a malformed one."""
+def conversation_of(question: Any, where: str) -> tuple[str, list[dict[str, Any]]]:
+    """The case prompt and history from BFCL's ``question`` (one turn: a list of messages).
+
+    The system and user messages before the first assistant message are the prompt (system text first, a
+    blank line between messages); from the first assistant message on, the messages are the history:
+    ``{"role": "assistant" | "user", "content"}``, consecutive user messages joined as one turn. Empty
+    messages are left out. Raises :class:`Skip` for a question a case cannot hold (several turns; a
+    conversation that opens with the assistant, ends with it, or has a system message after it),
+    :class:`ToolfidError` for a malformed one."""
     if not isinstance(question, list) or not question:
         raise ToolfidError(f"{where}: 'question' must be a non-empty list of turns")
     if len(question) > 1:
@@ -133,23 +142,34 @@ def prompt_of(question: Any, where: str) -> str:
         turn = [turn]
     if not isinstance(turn, list) or not all(isinstance(m, dict) for m in turn):
         raise ToolfidError(f"{where}: a turn must be a list of {{role, content}} messages")
-    system, user = [], []
+    system: list[str] = []
+    user: list[str] = []
+    history: list[dict[str, Any]] = []
     for message in turn:
         role, content = message.get("role"), message.get("content")
         if not isinstance(content, str):
             raise ToolfidError(f"{where}: message content must be a string")
-        if role == "system":
-            system.append(content.strip())
-        elif role == "user":
-            user.append(content.strip())
-        elif role == "assistant":
-            raise Skip(SKIP_CONVERSATION, f"{where}: the question is a conversation with assistant turns "
-                                          "(the prompt is one request)")
-        else:
+        if role not in ("system", "user", "assistant"):
             raise ToolfidError(f"{where}: message role {role!r} is not supported (system, user, assistant)")
+        text = content.strip()
+        if role == "assistant" and text and not any(user):
+            raise Skip(SKIP_CONVERSATION, f"{where}: the conversation opens with an assistant message (a case "
+                                          "starts with the user's request)")
+        if (not history and role != "assistant") or not text:
+            (system if role == "system" else user).append(text)
+        elif role == "system":
+            raise Skip(SKIP_CONVERSATION, f"{where}: a system message after an assistant message (a case's "
+                                          "history holds user, assistant and tool turns)")
+        elif role == "user" and history[-1]["role"] == "user":
+            history[-1]["content"] += f"\n\n{text}"
+        else:
+            history.append({"role": role, "content": text})
     if not any(user):
         raise ToolfidError(f"{where}: the question has no user message")
-    return "\n\n".join(p for p in system + user if p)
+    if history and history[-1]["role"] == "assistant":
+        raise Skip(SKIP_CONVERSATION, f"{where}: the conversation ends with an assistant message (a case asks "
+                                      "for the assistant's next step after a user turn)")
+    return "\n\n".join(p for p in system + user if p), history
 
 
 def tool_of(spec: Any, where: str) -> dict[str, Any]:
@@ -238,8 +258,11 @@ def _case_of(q: dict[str, Any], qid: str, where: str, category: str, irrelevance
         raise ToolfidError(f"{where}: 'function' must be a list of function specs")
     if not functions and not irrelevance:
         raise Skip(SKIP_NO_FUNCTION, f"{where}: no function offered, but category {category!r} expects a call")
-    case: dict[str, Any] = {"id": qid, "prompt": prompt_of(q.get("question"), where),
+    prompt, history = conversation_of(q.get("question"), where)
+    case: dict[str, Any] = {"id": qid, "prompt": prompt,
                             "tools": [tool_of(f, where) for f in functions], "category": category}
+    if history:
+        case["history"] = history
     if irrelevance:
         case["irrelevant"] = True
     elif answer is not None:
