@@ -176,7 +176,10 @@ def test_no_evidence_is_undecided_not_pass():
     s = run(case, prose, weak_base)  # base 5% valid, adapter 0%: delta −0.05 ≥ floor
     v = judge(s)
     assert v.passed is None and v.label == "UNDECIDED" and "only 5%" in v.reason and exit_code(v.passed) == 2
-    assert judge(s, VerdictConfig(min_base_validity=0.0)).passed is True  # the old rule would have passed it
+    # without the base guard the validity gate holds (−0.05 ≥ floor), but an adapter with no valid call never
+    # PASSes: its hallucination is not measured (the rule before min_base_validity passed it)
+    loose = judge(s, VerdictConfig(min_base_validity=0.0))
+    assert loose.passed is None and loose.reason == "hallucination not measured: the adapter makes no valid call"
 
 
 def test_noninferiority_mode_never_fails_an_identical_adapter():
@@ -262,3 +265,105 @@ def test_a_primed_prompt_cannot_show_a_false_call_and_the_verdict_says_so():
         primed.get("false_call_delta") is None
     verdict = judge(primed)
     assert verdict.passed is True and any("false calls not measured" in n for n in verdict.notes)
+
+
+# --- a paired metric with an undefined side is undefined ----------------------------------------
+
+def _view(kind: str = "valid", name: str | None = "get_weather", hallucinated: bool = False, offered: bool = True,
+          surface: str = "bare_json", attempted: bool | None = None):
+    from lm_eval_toolfid.core.records import CallOutcome, Outcome, OutcomeKind
+
+    k = OutcomeKind(kind)
+    calls = [CallOutcome(kind=k, name=name, surface=surface, offered=offered, hallucinated=hallucinated)] \
+        if k.parsed else []
+    return Outcome(kind=k, name=name if k.parsed else None, surface=surface if k.parsed else None, calls=calls,
+                   n_calls=len(calls), hallucinated=hallucinated if k is OutcomeKind.VALID else None,
+                   attempted=k is not OutcomeKind.NO_CALL if attempted is None else attempted)
+
+
+def _pairs(views, relevant=True, depth=1):
+    """PairScore records from (adapter, base) outcomes."""
+    return [PairScore(case_id=f"p{i}", ft=ft, base=base, relevant=relevant, turn_depth=depth,
+                      arg_disagreement=0.0 if ft.valid and base.valid else None)
+            for i, (ft, base) in enumerate(views)]
+
+
+PROSE = "no_call"
+EMPTY_SIDE = {
+    # metric: (records where one view has no case in the metric's denominator, where both do)
+    "hallucination_delta": (  # the adapter makes no valid call (BFCL live_multiple: a prose LoRA)
+        _pairs([(_view(PROSE), _view(hallucinated=True))] * 3 + [(_view(PROSE), _view())]),
+        _pairs([(_view(), _view(hallucinated=True))] * 3 + [(_view(), _view())])),
+    "hallucination_delta (base side)": (  # the base makes none
+        _pairs([(_view(hallucinated=True), _view(PROSE))] * 4),
+        _pairs([(_view(hallucinated=True), _view())] * 4)),
+    "arg_disagreement": (  # no case valid in both views
+        _pairs([(_view(), _view(PROSE)), (_view(PROSE), _view())]),
+        _pairs([(_view(), _view())])),
+    "tool_choice_change_rate": (  # one view never calls an offered tool
+        _pairs([(_view(PROSE), _view())] * 2), _pairs([(_view(name="get_time"), _view())] * 2)),
+    "format_drift_rate": (  # one view never parses a call
+        _pairs([(_view(PROSE), _view())] * 2), _pairs([(_view(surface="fenced"), _view())] * 2)),
+    "validity_delta": (  # no case expects a call: no side has a denominator
+        _pairs([(_view(PROSE), _view(PROSE))] * 2, relevant=False), _pairs([(_view(PROSE), _view())] * 2)),
+    "validity_mcnemar_p": (
+        _pairs([(_view(PROSE), _view(PROSE))] * 2, relevant=False), _pairs([(_view(PROSE), _view())] * 2)),
+}
+
+
+@pytest.mark.parametrize("label", sorted(EMPTY_SIDE))
+def test_a_paired_metric_with_an_empty_side_is_absent_not_a_number(label):
+    """Every paired metric that is a difference or needs both views is absent (None in the summary, None from
+    the aggregation lm-eval calls) when one view has no case in its denominator — never ``0 − base``."""
+    from lm_eval_toolfid.scoring.metrics import METRIC_BY_NAME
+
+    name = label.split(" ")[0]
+    metric = METRIC_BY_NAME[name]
+    empty, full = EMPTY_SIDE[label]
+    for records, defined in ((empty, False), (full, True)):
+        s = summarize(records)
+        items = [case_items(p)[name] for p in records if name in case_items(p)]
+        lm_eval_value = metric.aggregate(items) if items else None  # what lm-eval reports (no items: no key)
+        assert (s.get(name) is not None) is defined and (lm_eval_value is not None) is defined, (label, s.get(name))
+        assert s.get(name) == lm_eval_value
+    if name == "hallucination_delta":
+        s = summarize(empty)
+        assert s.hallucination_delta_ci is None
+        undefined, defined_side = ("base_hallucination_rate", "hallucination_rate") if "base" in label else \
+            ("hallucination_rate", "base_hallucination_rate")
+        assert s.get(undefined) is None and s.get(defined_side) is not None
+
+
+def test_delta_of_rates_is_undefined_when_either_rate_is():
+    from lm_eval_toolfid.scoring.metrics import DELTA_OF_RATES, METRICS, delta_of_rates
+
+    assert delta_of_rates([[None, 1], [None, 0]]) is None  # adapter undefined: not −0.5
+    assert delta_of_rates([[1, None], [0, None]]) is None  # base undefined: not +0.5
+    assert delta_of_rates([[None, None]]) is None
+    assert delta_of_rates([[1, 0], [None, 1]]) == pytest.approx(0.5)  # each over its own denominator
+    # every paired difference of two rates is listed, so readers of older results files can drop stale ones
+    assert {m.name for m in METRICS if m.aggregate is delta_of_rates} == set(DELTA_OF_RATES)
+    # the difference interval with an empty side is undefined too
+    assert difference_ci(0, 0, 1, 2) is None and difference_ci(1, 2, 0, 0) is None
+
+
+def test_false_call_delta_with_an_empty_side_is_absent():
+    """false_call_delta's items are [adapter, base] per irrelevance case; with one side undefined (a base record
+    without that case's view) the delta is absent, not the other side's rate."""
+    from lm_eval_toolfid.scoring.metrics import METRIC_BY_NAME
+
+    metric = METRIC_BY_NAME["false_call_delta"]
+    assert metric.aggregate([[1, None], [1, None]]) is None and metric.aggregate([[None, 0], [None, 1]]) is None
+    s = summarize(_pairs([(_view(), _view(PROSE)), (_view(PROSE), _view(PROSE))], relevant=False))
+    assert s.get("false_call_delta") == pytest.approx(0.5)  # both sides defined: the difference
+
+
+def test_per_depth_deltas_are_absent_where_a_view_has_no_valid_call():
+    """A depth where the adapter makes no valid call has no hallucination_delta there, while the whole set has."""
+    single = _pairs([(_view(), _view(hallucinated=True))] * 3)
+    multi = [p.model_copy(update={"case_id": f"m{i}", "turn_depth": 2})
+             for i, p in enumerate(_pairs([(_view(PROSE), _view(hallucinated=True))] * 3))]
+    s = summarize(single + multi)
+    assert s.get("hallucination_delta") == pytest.approx(-1.0)
+    assert s.by_depth["1"].get("hallucination_delta") == pytest.approx(-1.0)
+    assert s.by_depth["2"].get("hallucination_delta") is None and s.by_depth["2+"].hallucination_delta_ci is None

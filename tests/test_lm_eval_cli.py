@@ -21,10 +21,11 @@ from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, metrics, read_run, 
 pytestmark = pytest.mark.slow
 FIX = fixture_paths()
 PAIRED = {"json_valid_rate", "parse_rate", "base_json_valid_rate", "validity_delta", "fidelity_pass",
-          "validity_mcnemar_p", "hallucination_delta", "base_hallucination_rate", "identical_output_rate",
+          "validity_mcnemar_p", "base_hallucination_rate", "identical_output_rate",
           "gold_tool_rate", "base_gold_tool_rate"}
-# present only when some case is in their denominator (e.g. arg_disagreement needs a case valid in both views)
-WHEN_DEFINED = {"hallucination_rate", "name_hallucination_rate", "arg_disagreement"}
+# defined only when some case is in their denominator (e.g. arg_disagreement needs a case valid in both views,
+# hallucination_delta a valid call in each view)
+WHEN_DEFINED = {"hallucination_rate", "name_hallucination_rate", "arg_disagreement", "hallucination_delta"}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,8 @@ def test_adapter_runs_pair_automatically_and_report_every_metric(two_run_flow):
     for name in FIX["adapters"]:
         results, samples, stderr = runs[name]
         assert PAIRED <= set(metrics(results)), name
-        assert (WHEN_DEFINED <= set(metrics(results))) == (name != "broken"), name  # broken makes no valid call
+        defined = {k for k, v in metrics(results).items() if v is not None}
+        assert (WHEN_DEFINED <= defined) == (name != "broken"), name  # broken makes no valid call
         assert toolfid_meta(results)["pairing"].startswith("reference store"), name
         assert f"paired with base reference {toolfid_meta(runs['base'][0])['reference_written']}" in stderr
         assert "tool_use_fidelity verdict:" in stderr
@@ -85,6 +87,46 @@ def test_verdicts_of_the_adapters(two_run_flow):
     # paired stderr of the delta comes from lm-eval's own mean_stderr over per-case deltas
     stderr = runs["broken"][0]["results"][FIXTURE_TASK]["validity_delta_stderr,none"]
     assert isinstance(stderr, float) and stderr > 0
+
+
+def test_an_adapter_with_no_valid_call_has_no_hallucination_delta(two_run_flow, tmp_path, capsys):
+    """The fixture's broken adapter makes no valid call: its hallucination_rate is undefined, so its
+    hallucination_delta is too — null in lm-eval's results.json (never 0 − base), — in `toolfid compare` and
+    the HTML report, and the verdict FAILs on validity, saying the hallucination gate was not measured."""
+    from lm_eval_toolfid.cli import main
+
+    root, runs = two_run_flow
+    results = runs["broken"][0]
+    raw = results["results"][FIXTURE_TASK]
+    assert raw.get("hallucination_delta,none") is None and "hallucination_rate,none" not in raw
+    assert isinstance(raw["base_hallucination_rate,none"], float)
+    verdict = toolfid_meta(results)["verdict"]
+    assert verdict["label"] == "FAIL" and verdict["reason"].startswith("validity_delta -")
+    assert "hallucination not measured: the adapter makes no valid call" in verdict["reason"]
+    gate = {g["name"]: g for g in verdict["gates"]}["hallucination_delta"]
+    assert gate["measured"] is False and gate["passed"] is None and gate["value"] is None
+    assert toolfid_meta(results)["summary"]["metrics"]["hallucination_delta"] is None
+    # compare: the value is absent in JSON, a dash in the table even beside an adapter that has one
+    out = tmp_path / "board.json"
+    assert main(["compare", str(root / "broken"), str(root / "faithful"), "--format", "json",
+                 "--output", str(out), "--sort", "hallucination_delta"]) == 0
+    rows = {r["label"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["broken"]["metrics"]["hallucination_delta"]["value"] is None
+    assert isinstance(rows["faithful"]["metrics"]["hallucination_delta"]["value"], float)
+    assert main(["compare", str(root / "broken"), str(root / "faithful"), "--sort", "hallucination_delta"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    col = table[0].index("Δ halluc")
+    assert [line.split()[0] for line in table[2:4]] == ["faithful", "broken"]  # the undefined one last
+    assert table[3][col:].split()[0] == "—"
+    page = tmp_path / "report.html"
+    assert main(["report", str(root / "broken"), str(root / "faithful"), "--html", str(page)]) == 0
+    html = page.read_text()
+    board = html.split('<table class="leaderboard">')[1].split("</table>")[0]
+    heads = [h.split("</th>")[0] for h in board.split("<th>")[1:]]
+    broken_row = next(r for r in board.split("<tr")[1:] if "<td>broken</td>" in r)
+    cells = [c.split("</td>")[0].split(">")[-1] for c in broken_row.split("<td")[1:]]
+    assert cells[heads.index("Δ halluc")] == "—"
+    assert "not measured" in html
 
 
 def test_toolfid_run_matches_the_two_run_flow_case_by_case(two_run_flow, tmp_path):

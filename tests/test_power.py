@@ -195,6 +195,44 @@ def test_exact_sum_equals_brute_force_through_judge(scenario):
         assert np.allclose(got, totals[c], atol=1e-11 + exact.missing), (config, got, totals[c])
 
 
+UNMEASURED_CONFIGS = [VerdictConfig(min_base_validity=0.0, validity_delta_floor=-1.0),
+                      VerdictConfig(min_base_validity=0.1, validity_delta_floor=-0.5, gate_mode="noninferiority"),
+                      VerdictConfig(min_base_validity=0.0, validity_delta_floor=-1.0, hallucination_gate="absolute")]
+
+
+@pytest.mark.parametrize("scenario", [pw.Scenario(0.3, 0.2, 0.1),
+                                      pw.Scenario(0.2, 0.15, 0.05, halluc_base=0.1, halluc_adapter=0.2)],
+                         ids=lambda s: s.describe())
+def test_an_unmeasured_hallucination_gate_is_undecided_on_every_path(scenario):
+    """Configurations where a table with no valid call in a view (the hallucination gate not measured) can
+    get past the validity and base gates: judge makes it UNDECIDED, never PASS, and so do the exact sums."""
+    n = 7 if not scenario.hallucinates else 5
+    cells = scenario.cells()
+    for config in UNMEASURED_CONFIGS:
+        totals = np.zeros(3)
+        for t in tables(n):
+            p_t = _multinomial(t, cells)
+            n_a, n_b = t[0] + t[2], t[0] + t[1]
+            ks = product(range(n_a + 1), range(n_b + 1)) if scenario.hallucinates else [(0, 0)]
+            for ka, kb in ks:
+                p = p_t * _binom(ka, n_a, scenario.halluc_adapter) * _binom(kb, n_b, scenario.halluc_base)
+                if p:
+                    label = judge(summarize(pw.pairs_for_table(*t, k_adapter=ka, k_base=kb)), config).label
+                    totals[CODE[label]] += p
+                    if n_a == 0:
+                        assert label != "PASS", (t, config)
+        exact = pw.verdict_rates(scenario, n, config)
+        assert np.allclose([exact.pass_rate, exact.fail_rate, exact.undecided_rate], totals, atol=1e-11), config
+        if config.gate_mode == "point" and not scenario.hallucinates:
+            for m in (1, 3, n, 60):
+                fast, full = (pw.verdict_rates(scenario, m, config, method=x) for x in ("discordant", "tables"))
+                for label in ("PASS", "FAIL", "UNDECIDED"):
+                    assert fast.rate(label) == pytest.approx(full.rate(label), abs=1e-9), (m, label)
+    assert pw.decide(0, 3, 0, 0, UNMEASURED_CONFIGS[0]) == pw.UNDECIDED  # adapter: no valid call, base 3 of 3
+    assert pw.decide(0, 0, 3, 0, UNMEASURED_CONFIGS[0]) == pw.UNDECIDED  # base: no valid call
+    assert pw.decide(0, 0, 3, 0, UNMEASURED_CONFIGS[2]) == pw.PASS  # the absolute rule needs the adapter's alone
+
+
 @pytest.mark.parametrize("scenario", [pw.Scenario(0.9, 0.12, 0.02), pw.Scenario(0.6, 0.1, 0.1),
                                       pw.Scenario(0.23, 0.04, 0.02), pw.Scenario(0.5, 0.0, 0.0),
                                       pw.Scenario(0.95, 0.3, 0.05), pw.Scenario(0.4, 0.0, 0.6)],

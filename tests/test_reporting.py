@@ -355,3 +355,106 @@ def test_run_table_fits_narrow_terminals_and_keeps_full_reasons():
         assert "z" not in table.splitlines()[0].split()  # no calibration: no column of dashes
         assert "validity_delta -0.400 < -0.050" in reasons.replace("\n    ", " ")
     assert "base" in run_table(rows, width=160).splitlines()[0]
+
+
+# --- a delta with an undefined side is shown as — -----------------------------------------------
+
+def _scored_run(folder, records, adapter):
+    """A results file whose metrics, summary and verdict are the scoring core's own (summarize + judge) for these
+    records, written as lm-eval writes them (an undefined aggregate is null)."""
+    from lm_eval_toolfid.scoring.metrics import summarize
+    from lm_eval_toolfid.scoring.verdict import judge
+    from .reporting_helpers import TASK
+
+    cases = [case(p.case_id, "get_weather", p.base.model_dump(mode="json"), p.ft.model_dump(mode="json"))
+             for p in records]
+    path = write_run(folder, cases, adapter=adapter)
+    s = summarize(records)
+    data = json.loads(path.read_text())
+    data["results"][TASK] = {"alias": TASK, **{f"{k},none": v for k, v in s.metrics.items()}}
+    meta = data["configs"][TASK]["metadata"]["toolfid"]
+    meta.update(verdict=judge(s).as_record(), summary=s.model_dump(mode="json"))
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_delta_of_an_undefined_rate_is_a_dash_in_compare_and_html(tmp_path, capsys):
+    """BFCL live_multiple: base hallucination_rate 0.75, a prose adapter with no valid call. Its
+    hallucination_delta is undefined — not −0.75, which would sort it best — in compare (every format, sorted by
+    the delta), the HTML report's table and the gate table, which says the gate was not measured."""
+    from lm_eval_toolfid.core.records import CallOutcome, Outcome, OutcomeKind, PairScore
+
+    def view(kind, hallucinated=False):
+        k = OutcomeKind(kind)
+        calls = [CallOutcome(kind=k, name="get_weather", surface="bare_json", offered=True,
+                             hallucinated=hallucinated)] if k.parsed else []
+        return Outcome(kind=k, name="get_weather" if calls else None, surface="bare_json" if calls else None,
+                       calls=calls, n_calls=len(calls), hallucinated=hallucinated if k is OutcomeKind.VALID else None)
+
+    base = [view("valid", hallucinated=True)] * 3 + [view("valid")]
+    prose = [PairScore(case_id=f"c{i}", ft=view("no_call"), base=b) for i, b in enumerate(base)]
+    fine = [PairScore(case_id=f"c{i}", ft=b, base=b) for i, b in enumerate(base)]
+    _scored_run(tmp_path / "r" / "prose", prose, "/ad/prose")
+    _scored_run(tmp_path / "r" / "fine", fine, "/ad/fine")
+    runs, board, bds = collect([tmp_path / "r"])
+    rows = {r.label: r for r in board.groups[0].rows}
+    assert rows["prose"].metric("hallucination_delta") is None and rows["fine"].metric("hallucination_delta") == 0.0
+    assert rows["prose"].metric("base_hallucination_rate") == 0.75
+    sort_rows(board, "hallucination_delta")  # lower is better: the undefined one goes last, not first
+    assert [r.label for r in board.groups[0].rows] == ["fine", "prose"]
+    table = format_table(board).splitlines()
+    col = table[0].index("Δ halluc")
+    prose_line = next(line for line in table if line.startswith("prose"))
+    assert prose_line[col:].split()[0] == "—" and "-0.750" not in format_table(board)
+    data = json.loads(format_json(board))
+    prose_rec = next(r for r in data["rows"] if r["label"] == "prose")
+    assert prose_rec["metrics"]["hallucination_delta"] == {"value": None, "ci95": None}
+    assert next(r for r in csv.DictReader(io.StringIO(format_csv(board))) if r["label"] == "prose")[
+        "hallucination_delta"] == ""
+    reason = prose_rec["verdict_reason"]
+    assert prose_rec["verdict"] == "FAIL" and reason.startswith("validity_delta -1.000 < -0.050")
+    assert "hallucination not measured: the adapter makes no valid call" in reason
+    from lm_eval_toolfid.reporting import html
+
+    page = html.render(board, bds)
+    head = page.split('<table class="leaderboard">')[1].split("</table>")[0]
+    cells = [c.split("</t")[0] for c in head.split("<t")[1:] if c.startswith(("h>", "d"))]
+    headers = [c[2:] for c in cells if c.startswith("h>")]
+    body = [c.split(">", 1)[1] for c in cells if c.startswith("d")]
+    prose_cells = body[:len(headers)] if body[0] == "prose" else body[len(headers):]
+    assert prose_cells[0] == "prose" and prose_cells[headers.index("Δ halluc")] == "—"
+    assert "-0.750" not in page and '<td class="UNDECIDED">not measured</td>' in page
+    # the gate command lists it as not measured
+    assert main(["gate", str(tmp_path / "r" / "prose")]) == 1
+    assert "(failed: validity_delta; not measured: hallucination_delta)" in capsys.readouterr().err
+
+
+def test_a_stale_delta_written_before_the_rule_is_dropped_when_read(tmp_path):
+    """Results written by an older version hold hallucination_delta = 0 − base for an adapter without a valid
+    call (its hallucination_rate absent): the reader drops it instead of ranking the adapter best."""
+    from .reporting_helpers import TASK
+
+    path = write_run(tmp_path / "r" / "old", [case("a", "get_weather", V, REQ)])
+    data = json.loads(path.read_text())
+    res = data["results"][TASK]
+    del res["hallucination_rate,none"]
+    res.update({"base_hallucination_rate,none": 0.75, "hallucination_delta,none": -0.75,
+                "false_call_rate,none": 0.0, "base_false_call_rate,none": 0.5, "false_call_delta,none": -0.5})
+    path.write_text(json.dumps(data))
+    run = read_run(path)
+    assert run.metrics["hallucination_delta"] is None  # a side is missing
+    assert run.metrics["false_call_delta"] == -0.5  # both sides there: kept
+
+
+def test_per_tool_delta_is_over_paired_cases_and_absent_without_any(tmp_path):
+    """A tool whose cases have no base outcome has no validity delta (—), not adapter − 0."""
+    from lm_eval_toolfid.reporting.breakdown import format_text
+
+    cases = [case("a", "get_weather", V, REQ), case("b", "get_weather", None, V), case("c", "get_time", None, V)]
+    b = breakdown(read_run(write_run(tmp_path / "r" / "a1", cases)))
+    tools = {t.tool: t.delta for t in b.tools}
+    assert tools == {"get_weather": -1.0, "get_time": None}
+    assert "get_time" in format_text(b) and "(—)" in format_text(b)
+    from lm_eval_toolfid.reporting import html
+
+    assert "<td>get_time</td><td>1</td><td>0</td><td>1</td><td>—</td>" in html.breakdown_section(b, 5)

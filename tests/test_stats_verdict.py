@@ -81,3 +81,55 @@ def test_ten_unchanged_cases_do_not_earn_a_noninferiority_pass():
 
     verdict = judge_table(5, 0, 0, 5, VerdictConfig(gate_mode="noninferiority"))
     assert verdict.passed is None and "validity_delta" in verdict.reason
+
+
+# --- a gate whose metric is undefined is not measured -------------------------------------------
+
+def _broken_adapter(base_valid=0.75, base_halluc=0.75, n=100):
+    """An adapter with no valid call at all: its hallucination_rate is undefined, so hallucination_delta is too."""
+    metrics = {"json_valid_rate": 0.0, "base_json_valid_rate": base_valid, "validity_delta": -base_valid,
+               "hallucination_rate": None, "base_hallucination_rate": base_halluc, "hallucination_delta": None}
+    return Summary(n=n, n_relevant=n, metrics=metrics, denominators={"hallucination_rate": 0}, outcome_counts={},
+                   paired=True, validity_delta_ci=(-base_valid - 0.08, -base_valid + 0.08))
+
+
+@pytest.mark.parametrize("mode", ["delta", "absolute"])
+def test_hallucination_not_measured_when_the_adapter_makes_no_valid_call(mode):
+    v = judge(_broken_adapter(), VerdictConfig(hallucination_gate=mode))
+    gate = {g.name: g for g in v.gates}["hallucination_delta" if mode == "delta" else "hallucination_rate"]
+    assert gate.measured is False and gate.passed is None and gate.value is None
+    # the validity gate FAILs such an adapter; the reason names it first, then the gate that was not measured
+    assert v.passed is False and v.failed_gates() == ["validity_delta"]
+    assert v.reason.startswith("validity_delta -0.750 < -0.050 (statistically clear")
+    assert v.reason.endswith("; hallucination not measured: the adapter makes no valid call")
+    assert v.as_record()["gates"][1]["measured"] is False
+    # with the validity gate out of the way (floor −1) it is still never a PASS: UNDECIDED, saying why
+    loose = judge(_broken_adapter(), VerdictConfig(hallucination_gate=mode, validity_delta_floor=-1.0))
+    assert loose.passed is None and loose.reason == "hallucination not measured: the adapter makes no valid call"
+
+
+def test_hallucination_not_measured_when_the_base_makes_no_valid_call():
+    s = summary(valid=0.5, delta=0.5)  # base 0% valid
+    s = s.model_copy(update={"metrics": {**s.metrics, "base_hallucination_rate": None, "hallucination_delta": None}})
+    v = judge(s)
+    assert v.passed is None and "the base makes valid calls on only 0%" in v.reason  # min_base_validity first
+    loose = judge(s, VerdictConfig(min_base_validity=0.0))
+    assert loose.passed is None and loose.reason == "hallucination not measured: the base makes no valid call"
+    # the absolute rule needs the adapter's rate alone: measured, and it holds
+    assert judge(s, VerdictConfig(min_base_validity=0.0, hallucination_gate="absolute")).passed is True
+    neither = s.model_copy(update={"metrics": {**s.metrics, "hallucination_rate": None}})
+    assert judge(neither, VerdictConfig(min_base_validity=0.0)).reason == \
+        "hallucination not measured: neither view makes a valid call"
+
+
+def test_false_calls_not_measured_when_one_view_has_no_irrelevance_case():
+    s = summary()
+    with_fc = s.model_copy(update={"n_irrelevant": 20, "metrics": {
+        **s.metrics, "false_call_rate": 0.3, "base_false_call_rate": None, "false_call_delta": None}})
+    v = judge(with_fc)
+    gate = {g.name: g for g in v.gates}["false_call_delta"]
+    assert gate.measured is False and gate.passed is None and v.passed is None
+    assert v.reason == "false calls not measured: the base has no case that expects no call in its denominator"
+    measured = with_fc.model_copy(update={"metrics": {**with_fc.metrics, "base_false_call_rate": 0.1,
+                                                      "false_call_delta": 0.2}})
+    assert judge(measured).failed_gates() == ["false_call_delta"]

@@ -79,10 +79,14 @@ class ToolRow:
     cases: int = 0
     base_valid: int = 0
     ft_valid: int = 0
+    paired: int = 0
+    """Cases with a base outcome; the delta is over these alone."""
+    ft_valid_paired: int = 0
 
     @property
-    def delta(self) -> float:
-        return (self.ft_valid - self.base_valid) / self.cases if self.cases else 0.0
+    def delta(self) -> float | None:
+        """Validity rate change on this tool's paired cases (adapter − base); None when none has a base."""
+        return (self.ft_valid_paired - self.base_valid) / self.paired if self.paired else None
 
 
 @dataclass
@@ -219,6 +223,9 @@ def breakdown(run: Run, base_runs: list[Run] | None = None) -> Breakdown | None:
         t.cases += 1
         t.ft_valid += int(c.ft_valid)
         t.base_valid += int(bool(c.base_valid))
+        if c.base is not None:
+            t.paired += 1
+            t.ft_valid_paired += int(c.ft_valid)
         kinds_ft[outcome_key(c.ft)] += 1
         if c.base is not None:
             kinds_base[outcome_key(c.base)] += 1
@@ -231,7 +238,8 @@ def breakdown(run: Run, base_runs: list[Run] | None = None) -> Breakdown | None:
     formats = sorted(((k, surf_base.get(k, 0), surf_ft.get(k, 0)) for k in set(surf_ft) | set(surf_base)),
                      key=lambda x: (-max(x[1], x[2]), x[0]))
     return Breakdown(label=run.label, n=len(cases), paired=paired,
-                     tools=sorted(tools.values(), key=lambda t: (t.delta, t.tool)), kinds=kinds,
+                     tools=sorted(tools.values(), key=lambda t: (t.delta is None, t.delta or 0.0, t.tool)),
+                     kinds=kinds,
                      drift=[(b, f, n) for (b, f), n in drift.most_common()], cases=cases, formats=formats,
                      prompt=prompt_label(run.toolfid), expected_format=run.toolfid.get("expected_format"),
                      by_depth=by_depth)
@@ -258,6 +266,10 @@ def depth_label(label: str) -> str:
 
 def _rate(x: float | None) -> str:
     return "—" if x is None else f"{x:.3f}"
+
+
+def _signed(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.2f}"
 
 
 def depth_line(label: str, s: Summary) -> str:
@@ -298,7 +310,8 @@ def format_text(b: Breakdown, worst: int = 3, tools: int = 5) -> str:
         if changed:
             lines.append("  tools whose validity changed (valid cases base → adapter):")
             for t in changed[:tools]:
-                lines.append(f"    {t.tool:<24} {t.base_valid:>3} → {t.ft_valid:<3} of {t.cases:<3} ({t.delta:+.2f})")
+                lines.append(f"    {t.tool:<24} {t.base_valid:>3} → {t.ft_valid:<3} of {t.cases:<3} "
+                             f"({_signed(t.delta)})")
             if len(changed) > tools:
                 lines.append(f"    … {len(changed) - tools} more (see the HTML report)")
         else:

@@ -32,10 +32,15 @@ def summary_lines(runs: list[Run]) -> list[str]:
     lines = []
     for r in gated_runs(runs):
         verdict = r.verdict or {}
-        failed = [g["name"] for g in verdict.get("gates", []) if g.get("passed") is False]
-        undecided = [g["name"] for g in verdict.get("gates", []) if g.get("passed") is None]
+        gates = verdict.get("gates", [])
+        failed = [g["name"] for g in gates if g.get("passed") is False]
+        unmeasured = [g["name"] for g in gates if g.get("measured") is False]  # cannot decide: named apart
+        undecided = [g["name"] for g in gates if g.get("passed") is None and g["name"] not in unmeasured]
         why = (f"failed: {', '.join(failed)}" if failed else f"undecided: {', '.join(undecided)}" if undecided
+               else "" if unmeasured
                else verdict.get("reason") or ("all gates hold" if verdict else "no verdict (unpaired run)"))
+        if unmeasured:
+            why += ("; " if why else "") + f"not measured: {', '.join(unmeasured)}"
         lines.append(f"{r.verdict_label:<9} {r.label}  ({why})  [{r.source}]")
     return lines
 

@@ -157,14 +157,14 @@ def tool_heatmap(group: Group, breakdowns: dict[str, Breakdown]) -> str | None:
     tools = sorted({t.tool for b in bds for t in b.tools})
     per = [{t.tool: t.delta for t in b.tools} for b in bds]
     # the tools that changed most first, at most 40 rows
-    tools.sort(key=lambda t: (min((p.get(t, 0.0) for p in per), default=0.0), t))
+    tools.sort(key=lambda t: (min((p.get(t) or 0.0 for p in per), default=0.0), t))
     tools = tools[:40]
     return heatmap("validity change per tool (adapter − base)", tools, [b.label for b in bds],
                    [[p.get(t) for p in per] for t in tools])
 
 
-def _cell(x: float | None, signed: bool = False) -> str:
-    return "—" if x is None else (f"{x:+.3f}" if signed else f"{x:.3f}")
+def _cell(x: float | None, signed: bool = False, digits: int = 3) -> str:
+    return "—" if x is None else (f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}")
 
 
 def depth_table(b: Breakdown) -> str:
@@ -193,7 +193,7 @@ def breakdown_section(b: Breakdown, worst: int) -> str:
         out.append("<table><tr><th>tool</th><th>cases</th><th>base valid</th><th>adapter valid</th><th>Δ rate</th></tr>")
         for t in (changed or b.tools)[:25]:
             out.append(f"<tr><td>{esc(t.tool)}</td><td>{t.cases}</td><td>{t.base_valid}</td><td>{t.ft_valid}</td>"
-                       f"<td>{t.delta:+.2f}</td></tr>")
+                       f"<td>{_cell(t.delta, signed=True, digits=2)}</td></tr>")
         out.append("</table>")
         if not changed:
             out.append('<p class="note">validity unchanged on every tool</p>')
@@ -257,8 +257,10 @@ def render(board: Leaderboard, breakdowns: dict[str, Breakdown], title: str = "t
                 for g in gates:
                     res = {True: "PASS", False: "FAIL", None: "UNDECIDED"}.get(g.get("passed"), "UNDECIDED")
                     value = g.get("value")
+                    result = (_verdict_cell(res) if g.get("measured", True) is not False
+                              else '<td class="UNDECIDED">not measured</td>')
                     parts.append(f"<tr><td>{esc(g.get('name'))}</td><td>{esc('—' if value is None else f'{value:+.3f}')}"
-                                 f"</td><td>{esc(g.get('op'))} {esc(g.get('threshold'))}</td>{_verdict_cell(res)}"
+                                 f"</td><td>{esc(g.get('op'))} {esc(g.get('threshold'))}</td>{result}"
                                  f"<td>{esc(g.get('note', ''))}</td></tr>")
                 parts.append("</table>")
                 for note in verdict.get("notes") or []:

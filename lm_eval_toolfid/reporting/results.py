@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.scoring.metrics import DELTA_OF_RATES
 from lm_eval_toolfid.scoring.verdict import label_of
 
 
@@ -40,6 +41,9 @@ def row_from_results(results: dict[str, Any], label: str, task: str | None = Non
     if raw is None:
         raise ToolfidError(f"{label}: results have no task {task!r}")
     metrics = {k.split(",")[0]: v for k, v in raw.items() if "," in k and "_stderr" not in k}
+    for delta, sides in DELTA_OF_RATES.items():  # a delta with an undefined side is undefined (older files wrote
+        if delta in metrics and any(not isinstance(metrics.get(s), (int, float)) for s in sides):  # 0 − base)
+            metrics[delta] = None
     meta = (results.get("configs", {}).get(task, {}) or {}).get("metadata", {}) or {}
     return RunRow(label=label, task=task, metrics=metrics, toolfid=meta.get("toolfid", {}) or {})
 

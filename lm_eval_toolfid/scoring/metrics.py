@@ -28,12 +28,25 @@ def ratio(items: Sequence[Sequence[int]]) -> float | None:
 
 
 def delta_of_rates(items: Sequence[Sequence[int | None]]) -> float | None:
-    """rate(adapter) − rate(base) over ``[adapter, base]`` items (each 0/1/None, own denominators)."""
+    """rate(adapter) − rate(base) over ``[adapter, base]`` items (each 0/1/None, own denominators).
+
+    None when either rate is undefined (no case in that view's denominator): a difference with an
+    undefined side is undefined, never ``0 − base`` (an adapter with no valid call would otherwise get
+    ``hallucination_delta = −base`` and look best on a leaderboard)."""
     ft = mean_defined([i[0] for i in items])
     base = mean_defined([i[1] for i in items])
-    if ft is None and base is None:
+    if ft is None or base is None:
         return None
-    return (ft or 0.0) - (base or 0.0)
+    return ft - base
+
+
+DELTA_OF_RATES: dict[str, tuple[str, str]] = {
+    "hallucination_delta": ("hallucination_rate", "base_hallucination_rate"),
+    "false_call_delta": ("false_call_rate", "base_false_call_rate"),
+}
+"""The paired metrics that are a difference of two per-view rates: (adapter's rate, base's rate). Each is
+absent whenever either rate is (see :func:`delta_of_rates`); readers of older results files use this to
+drop a delta written before that rule (``reporting.results.row_from_results``)."""
 
 
 def mcnemar(items: Sequence[int]) -> float:

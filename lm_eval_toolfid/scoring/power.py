@@ -320,14 +320,24 @@ def validity_states(n11: np.ndarray, n10: np.ndarray, n01: np.ndarray, n00: np.n
     return base_ok, state
 
 
+def hallucination_unmeasured(n_a: Any, n_b: Any, config: VerdictConfig) -> np.ndarray:
+    """Per table: the hallucination gate is *not measured* — its rate is undefined because the adapter made
+    no valid call (n_a = 0) or, for the delta, the base made none (n_b = 0). ``judge`` then cannot decide
+    that gate: the verdict is UNDECIDED unless another gate fails."""
+    missing = np.asarray(n_a) == 0
+    if config.hallucination_gate != "absolute":
+        missing = missing | (np.asarray(n_b) == 0)
+    return missing
+
+
 def _hallucination_fails(n_a: np.ndarray, n_b: np.ndarray, k_a: np.ndarray, k_b: np.ndarray,
                          config: VerdictConfig) -> np.ndarray:
-    """The hallucination gate fails (it exists only when the adapter made a valid call: n_a > 0)."""
+    """The hallucination gate fails (only where it is measured: see :func:`hallucination_unmeasured`)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         rate_a = np.where(n_a > 0, k_a / np.maximum(n_a, 1), 0.0)
         rate_b = np.where(n_b > 0, k_b / np.maximum(n_b, 1), 0.0)
     value = rate_a if config.hallucination_gate == "absolute" else rate_a - rate_b
-    return (n_a > 0) & (value > config.hallucination_cap)
+    return ~hallucination_unmeasured(n_a, n_b, config) & (value > config.hallucination_cap)
 
 
 def decide(n11: Any, n10: Any, n01: Any, n00: Any, config: VerdictConfig = VerdictConfig(),
@@ -348,7 +358,8 @@ def decide(n11: Any, n10: Any, n01: Any, n00: Any, config: VerdictConfig = Verdi
     if multi is not None:
         hfail = hfail | multiturn_fails(*(np.broadcast_to(np.asarray(x, dtype=np.int64), n11.shape) for x in multi),
                                         config)
-    label = np.where(state == -1, FAIL, np.where(hfail, FAIL, np.where(state == 0, UNDECIDED, PASS)))
+    unmeasured = hallucination_unmeasured(n11 + n01, n11 + n10, config)
+    label = np.where(state == -1, FAIL, np.where(hfail, FAIL, np.where((state == 0) | unmeasured, UNDECIDED, PASS)))
     return np.where(base_ok, label, UNDECIDED).astype(np.int8)
 
 
@@ -430,10 +441,25 @@ def _discordant_rates(scenario: Scenario, n: int, config: VerdictConfig, tol: fl
     vfail = delta < config.validity_delta_floor
     fail = float(np.sum(weight * p_ok * vfail))
     ok = float(np.sum(weight * p_ok))
+    # tables where the hallucination gate is not measured (n11 = 0 and no valid call in a view it needs),
+    # the base ok (n10 ≥ s_min when n11 = 0) and validity holding: UNDECIDED, not PASS
+    stuck_cells = hallucination_unmeasured(ks[:, None] - n10, n10, config) & (n10 >= s_min) & ~vfail
+    stuck = 0.0  # (n10 ≥ s_min is the base gate at n11 = 0, exact whether or not its tail is skipped above)
+    if np.any(stuck_cells & (weight > 0)):  # only with settings that let such a table past the other gates
+        m = (n - ks)[:, None]
+        p_none = _pmf_zero(m, q)  # P(n11 = 0 | K)
+        stuck = float(np.sum(weight * p_none * stuck_cells))
     kept = float(np.sum(weight))
     missing = max(0.0, 1.0 - kept) + (base_short if skip_base and s_min else 0.0)
-    return VerdictRates(n=n, pass_rate=ok - fail, fail_rate=fail, undecided_rate=kept - ok, method="exact",
-                        missing=missing, tables=int(np.count_nonzero(weight)))
+    return VerdictRates(n=n, pass_rate=ok - fail - stuck, fail_rate=fail, undecided_rate=kept - ok + stuck,
+                        method="exact", missing=missing, tables=int(np.count_nonzero(weight)))
+
+
+def _pmf_zero(m: np.ndarray, q: float) -> np.ndarray:
+    """P(X = 0) for X ~ Binomial(m, q), per m: (1 − q)^m."""
+    if q >= 1.0:
+        return (m == 0).astype(float)
+    return np.exp(m * math.log1p(-q)) if q > 0.0 else np.ones(np.shape(m))
 
 
 def _pmf_rows(ms: np.ndarray, q: float, lf: np.ndarray) -> tuple[int, np.ndarray]:
@@ -532,7 +558,7 @@ class _HallucinationOdds:
         self.fail = np.zeros((na_range[1] - na_range[0] + 1, len(n_bs)))
         self.hold = np.ones_like(self.fail)
         for row, n_a in enumerate(range(na_range[0], na_range[1] + 1)):
-            if n_a == 0:  # no valid adapter call: the gate is not there
+            if n_a == 0:  # no valid adapter call: the gate is not measured (_table_rates masks it)
                 continue
             pmf_a = _pmf(n_a, scenario.halluc_adapter, lf)
             upper = np.concatenate([np.cumsum(pmf_a[::-1])[::-1], [0.0]])  # P(k_a ≥ j), j = 0..n_a+1
@@ -602,10 +628,13 @@ def _table_rates(scenario: Scenario, n: int, config: VerdictConfig, tol: float) 
             hfail, hhold = np.zeros(chunk.prob.shape), np.ones(chunk.prob.shape)
         else:
             hfail, hhold = halluc.odds(chunk.n11 + chunk.n01, chunk.n11 + chunk.n10)
+        unmeasured = hallucination_unmeasured(chunk.n11 + chunk.n01, chunk.n11 + chunk.n10, config)
+        hfail, hhold = np.where(unmeasured, 0.0, hfail), np.where(unmeasured, 0.0, hhold)
         w_ok = np.where(base_ok, chunk.prob, 0.0)
         failed += float(np.sum(w_ok * np.where(state == -1, 1.0, hfail)))
         passed += float(np.sum(w_ok * (state == 1) * hhold))
-        undecided += float(np.sum(chunk.prob - w_ok) + np.sum(w_ok * (state == 0) * hhold))
+        undecided += float(np.sum(chunk.prob - w_ok) + np.sum(w_ok * (state == 0) * hhold)
+                           + np.sum(w_ok * (state != -1) * unmeasured))
     kept = passed + failed + undecided
     return VerdictRates(n=n, pass_rate=passed, fail_rate=failed, undecided_rate=undecided, method="exact",
                         missing=max(0.0, 1.0 - kept), tables=count)

@@ -9,8 +9,13 @@ Gates (each can be PASS, FAIL, or undecided):
   or within noise.
 - **hallucination**: ``hallucination_delta`` (adapter − base, each over its own valid calls) ≤ cap
   (default 0.10) — the gate judges the adapter's *change*; ``hallucination_gate: absolute`` applies
-  the original rule ``hallucination_rate ≤ cap`` instead.
-- **false calls** (only with irrelevance cases): ``false_call_delta`` ≤ ``false_call_cap``.
+  the original rule ``hallucination_rate ≤ cap`` instead. When its value is undefined (a view with no
+  valid call: the adapter's, or in delta mode the base's) the gate is *not measured*: it cannot decide
+  (``passed`` None, ``measured`` False), so the verdict can never PASS through it, and the reason says
+  why ("hallucination not measured: the adapter makes no valid call"). Such an adapter is normally
+  FAILed by the validity gate; a base without a valid call is UNDECIDED by ``min_base_validity``.
+- **false calls** (only with irrelevance cases): ``false_call_delta`` ≤ ``false_call_cap``; not measured,
+  in the same way, when one view has no irrelevance case in its denominator while the other has.
 - **z** (only with a null calibration that is informative, i.e. random adapters of this size push
   validity below the base by more than the floor): ``json_valid_z`` ≥ ``z_min``.
 
@@ -98,12 +103,17 @@ class Gate(BaseModel):
     """For a failed gate: the whole 95% interval is on the failing side (statistically clear)."""
     shown: str | None = None
     """How the reason names the gate, when not by ``name`` (e.g. "multi-turn cases alone: validity_delta")."""
+    measured: bool = True
+    """False: the gate's metric is undefined (e.g. ``hallucination_delta`` when the adapter makes no valid
+    call); such a gate cannot decide (``passed`` is None) and ``note`` says why."""
 
     def describe(self) -> str:
         value = "—" if self.value is None else f"{self.value:+.3f}"
         bad_op = "<" if self.op == ">=" else ">"
         ci = f", 95% CI [{self.ci[0]:+.3f}, {self.ci[1]:+.3f}]" if self.ci else ""
         name = self.shown or self.name
+        if not self.measured:
+            return f"{name} not measured" + (f": {self.note}" if self.note else "")
         if self.passed is False:
             how = "statistically clear" if self.clear else ("within noise" if self.clear is False else "")
             return f"{name} {value} {bad_op} {self.threshold:+.3f}" + (f" ({how}{ci})" if how or ci else "")
@@ -206,19 +216,35 @@ def _single_turn_holds(summary: Summary, config: VerdictConfig) -> str | None:
     return f"while single-turn cases hold (validity_delta {sub.validity_delta:+.3f})"
 
 
-def _hallucination_gate(summary: Summary, config: VerdictConfig) -> Gate | None:
+def _missing_views(summary: Summary, rate: str, both: bool, what: str) -> str:
+    """Why ``rate`` (or, with ``both``, the delta of the two views' ``rate``) is undefined: "the adapter makes
+    no valid call", "the base …" or "neither view makes a valid call" (``what``: "makes {} valid call")."""
+    ft = summary.get(rate) is None
+    base = both and summary.get(f"base_{rate}") is None
+    if ft and base:
+        return "neither view " + what.format("a")
+    return ("the base " if base else "the adapter ") + what.format("no")
+
+
+def _not_measured(name: str, shown: str, threshold: float, why: str) -> Gate:
+    """A gate whose metric is undefined: it cannot decide (never a PASS through it), and says why."""
+    return Gate(name=name, value=None, threshold=threshold, op="<=", passed=None, measured=False, shown=shown,
+                note=why)
+
+
+def _hallucination_gate(summary: Summary, config: VerdictConfig) -> Gate:
     n = summary.denominators.get("hallucination_rate", 0)
     small = f"over only {n} valid cases" if n < MIN_GATE_N else f"over {n} valid cases"
-    if n == 0:
-        return None  # no valid call to judge a name on; the validity gate speaks for this adapter
-    if config.hallucination_gate == "absolute":
+    absolute = config.hallucination_gate == "absolute"
+    if absolute:
         value = summary.get("hallucination_rate")
         name, ci = "hallucination_rate", None
     else:
         value = summary.get("hallucination_delta")
         name, ci = "hallucination_delta", summary.hallucination_delta_ci
-    if value is None:
-        return None
+    if value is None:  # no valid call in a view it needs: the rate (or the delta) is undefined, not 0
+        return _not_measured(name, "hallucination", config.hallucination_cap,
+                             _missing_views(summary, "hallucination_rate", not absolute, "makes {} valid call"))
     passed = value <= config.hallucination_cap
     clear = (ci[0] > config.hallucination_cap) if (ci is not None and not passed) else None
     return Gate(name=name, value=value, threshold=config.hallucination_cap, op="<=", passed=passed, ci=ci,
@@ -236,16 +262,17 @@ def judge(summary: Summary, config: VerdictConfig = VerdictConfig(), null: NullC
                        reason="no paired base run: run the same command without the adapter first "
                               "(or pass base_samples)")
     gates = [_validity_gate(summary, config)]
-    halluc = _hallucination_gate(summary, config)
-    if halluc is not None:
-        gates.append(halluc)
-    if summary.n_irrelevant and not summary.denominators.get("false_call_rate"):
+    gates.append(_hallucination_gate(summary, config))
+    if summary.n_irrelevant and summary.get("false_call_rate") is None and summary.get("base_false_call_rate") is None:
         notes.append(f"false calls not measured on the {summary.n_irrelevant} cases that expect no call: the prompt "
                      "starts every answer with a call (plain-v3); the chat style or plain-v2 measures them")
     elif summary.n_irrelevant and summary.get("false_call_delta") is not None:
         value = summary.get("false_call_delta")
         gates.append(Gate(name="false_call_delta", value=value, threshold=config.false_call_cap, op="<=",
                           passed=value <= config.false_call_cap, note=f"over {summary.n_irrelevant} irrelevance cases"))
+    elif summary.n_irrelevant:  # one view has irrelevance cases in its denominator, the other none
+        gates.append(_not_measured("false_call_delta", "false calls", config.false_call_cap, _missing_views(
+            summary, "false_call_rate", True, "has {} case that expects no call in its denominator")))
     multiturn, multiturn_note = _multiturn_gate(summary, config)
     if multiturn is not None:
         gates.append(multiturn)
@@ -287,6 +314,8 @@ def judge(summary: Summary, config: VerdictConfig = VerdictConfig(), null: NullC
                 parts.append(g.describe() + (f", {holds}" if holds else ""))
             else:
                 parts.append(g.describe())
+        # a gate that could not be measured is said too: a FAIL's reason must not read as if it held
+        parts += [g.describe() for g in gates if not g.measured]
         reason = "; ".join(parts)
     elif passed is None:
         reason = "; ".join(g.describe() for g in gates if g.passed is None)
