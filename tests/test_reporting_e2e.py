@@ -110,7 +110,9 @@ def test_one_model_load_quiet_progress_and_gate_exit(run):
     assert run.code == 1, run.stderr[-2000:]  # broken and hallucinating fail their gates
     for name in ["base", *ADAPTERS]:
         assert (run.out / name / "results.json").is_file() and (run.out / name / "manifest.json").is_file()
-    lines = {line.split()[0]: line for line in run.stdout.splitlines() if line.split()[:1] and line.split()[0] in ADAPTERS}
+    # table rows start with the adapter's name; the paragraphs below the table are indented when wrapped
+    lines = {line.split()[0]: line for line in run.stdout.splitlines()
+             if line.split()[:1] and line.split()[0] in ADAPTERS and not line[:1].isspace()}
     assert " PASS " in lines["faithful"] and " FAIL " in lines["broken"] and " FAIL " in lines["hallucinating"]
     assert "\x1b[" not in run.stdout  # not a terminal: no colour
     # one progress display: a line per view, no lm-eval bars or INFO logs
