@@ -193,13 +193,16 @@ def test_toolfid_run_gives_the_same_verdicts_and_per_case_outcomes(qwen_coder: P
     env = dict(os.environ, TOOLFID_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
                TOKENIZERS_PARALLELISM="false")
     cmd = [str(BIN / "toolfid"), "run", "--base", str(qwen_coder), "--cases", str(cases_file), "--output", str(out),
-           "--batch-size", str(len(CASE_IDS)), "--device", "cpu",
+           "--batch-size", str(len(CASE_IDS)), "--device", "cpu", "--check-stops", str(len(CASE_IDS)),
            *(x for name, path in adapters.items() for x in ("--adapter", f"{name}={path}"))]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "prompt chat (auto)" in proc.stdout and "prompt_style auto -> chat: the chat template of" in proc.stdout
     verdicts = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith(("zero", "prose"))}
     assert " PASS " in verdicts["zero"] and " FAIL " in verdicts["prose"], proc.stdout
+    for view in ("base", *adapters):  # every case decoded on past its early stop: no scored answer moved
+        assert f"check-stops: {view}: {len(CASE_IDS)} cases decoded on past the early stop; every scored answer is " \
+               "the same" in proc.stderr, proc.stderr[-2000:]
     for name in adapters:
         cli = {s["doc"]["id"]: PairScore.model_validate(s["fidelity_pass"]) for s in cli_runs[name][1]}
         lines = (out / name / "samples.jsonl").read_text().splitlines()
@@ -208,3 +211,25 @@ def test_toolfid_run_gives_the_same_verdicts_and_per_case_outcomes(qwen_coder: P
     text = format_text(breakdown(read_toolfid_run(out / "prose" / "results.json"),
                                  [read_toolfid_run(out / "base" / "results.json")]))
     assert "prompt chat (auto)" in text and "formats (base → adapter):" in text and "none 0→" in text
+
+
+def test_toolfid_lm_eval_scores_like_plain_lm_eval(qwen_coder: Path, cases_file: Path, cli_runs: dict,
+                                                   tmp_path: Path) -> None:
+    """The third flow on Qwen's default style (auto -> chat): ``toolfid lm-eval --model hf`` (the engine, rows
+    stopped once their answer is settled) gives every case the outcome, calls and text of plain ``lm_eval``
+    (HFLM, generating to ``<|im_end|>``)."""
+    env = dict(os.environ, TOOLFID_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run([str(BIN / "toolfid"), "lm-eval", "--tasks", TASK, "--model", "hf", "--model_args",
+                           f"pretrained={qwen_coder}", "--output_path", str(tmp_path / "engine"), "--log_samples",
+                           "--device", "cpu", "--batch_size", str(len(CASE_IDS)),
+                           "--metadata", json.dumps({"cases": str(cases_file), "check_stops": len(CASE_IDS)})],
+                          capture_output=True, text=True, env=env, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results, samples = read_run(tmp_path / "engine", TASK)
+    meta = toolfid_meta(results, TASK)
+    assert meta["generation"]["engine"] == "toolfid"
+    assert meta["stop_check"]["rows"] == len(CASE_IDS) and meta["stop_check"]["differ"] == 0
+    plain = {s["doc"]["id"]: s["cases_scored"]["ft"] for s in cli_runs["base"][1]}
+    ours = {s["doc"]["id"]: s["cases_scored"]["ft"] for s in samples}
+    assert ours == plain

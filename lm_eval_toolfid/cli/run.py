@@ -18,7 +18,7 @@ from lm_eval_toolfid.cli.common import (
     out_dir,
     parse_adapters,
 )
-from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, ToolfidError
+from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, EXIT_STOP_CHECK, ToolfidError
 
 
 def _paint_verdicts(table: str) -> str:
@@ -78,11 +78,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     adapters = parse_adapters(args.adapter)
     if args.resume and not args.output:
         raise ToolfidError("--resume needs --output DIR: the folder of the run to resume")
+    if args.limit is not None and args.limit < 1:
+        raise ToolfidError("--limit must be at least 1")
+    if args.check_stops < 0:
+        raise ToolfidError("--check-stops must be 0 or more")
+    if args.limit is not None and args.null_runs:
+        raise ToolfidError("--limit cannot be combined with --null-runs: a calibration is made on the whole case set")
     if args.resume and args.null_runs:
         raise ToolfidError("--resume cannot be combined with --null-runs: calibrate once with toolfid calibrate, "
                            "then pass --metadata '{\"calibration\": FILE}'")
     out = out_dir(args.output)
     metadata = metadata_from_args(args)
+    if args.check_stops:
+        metadata["check_stops"] = args.check_stops
     if metadata.get("cases"):  # a bad case file fails in one line before any model loads
         from lm_eval_toolfid.cases.load import load_cases
 
@@ -135,7 +143,7 @@ def _run(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata
         metadata["calibration"] = str(calib_path)
     return run_views(args.base, adapters, args.task, metadata, batch_size=args.batch_size, out_dir=out,
                      session=session, base_view=base_view, device=args.device, dtype=args.dtype, progress=progress,
-                     verbose=args.verbose, resume=args.resume)
+                     verbose=args.verbose, resume=args.resume, limit=args.limit)
 
 
 def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any]) -> int:
@@ -186,7 +194,34 @@ def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any
 
         gated = gate_runs(runs, args.junit)
         code = gated if args.gate else 0
+    if args.check_stops and stop_check_report([("base", base_view.results), *((v.label, v.results) for v in views)],
+                                              args.task):
+        code = EXIT_STOP_CHECK
     return code
+
+
+def stop_check_report(views: list[tuple[str, dict[str, Any]]], task: str) -> bool:
+    """``--check-stops``: one line per view on stderr; True when some case scored differently without the
+    early stop (the caller exits 3)."""
+    failed = False
+    for label, results in views:
+        meta = ((results.get("configs") or {}).get(task) or {}).get("metadata") or {}
+        check = (meta.get("toolfid") or {}).get("stop_check")
+        if not isinstance(check, dict):
+            continue  # a view reused by --resume was checked when it ran
+        if check.get("differ"):
+            failed = True
+            first = check["cases"][0]
+            print(f"toolfid: check-stops: {label}: {check['differ']} of {check['rows']} cases score differently "
+                  f"without the early stop (e.g. {first['case_id']}: {first['outcome_stopped']} stopped, "
+                  f"{first['outcome_unstopped']} run on); the run's numbers are not trusted — please report it",
+                  file=sys.stderr)
+        elif check.get("rows"):
+            print(f"toolfid: check-stops: {label}: {check['rows']} cases decoded on past the early stop; every "
+                  "scored answer is the same", file=sys.stderr)
+        else:
+            print(f"toolfid: check-stops: {label}: {check.get('note', 'no case checked')}", file=sys.stderr)
+    return failed
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -200,6 +235,11 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="exit 1 if any adapter fails its verdict, 2 if any is undecided (and none failed)")
     p.add_argument("--junit", metavar="FILE", help="write JUnit XML (one testcase per adapter × gate)")
     p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report")
+    p.add_argument("--limit", type=int, metavar="N",
+                   help="the first N cases only (as lm_eval --limit: the base view stores a subset reference)")
+    p.add_argument("--check-stops", dest="check_stops", type=int, default=0, metavar="N",
+                   help="decode N cases of each view on past the early stop at the end of the call and check that "
+                        "no scored answer changes; exit 3 if one does (metadata key check_stops)")
     p.add_argument("--resume", action="store_true",
                    help="with --output DIR: reuse views already saved there for the same base, adapter, task and "
                         "settings; run only the rest")

@@ -7,6 +7,8 @@ Exit codes of ``toolfid`` (1 and 2 belong to the verdict gate):
 0     success
 1     gate FAIL (``--gate``)
 2     gate UNDECIDED
+3     the stop check found a case whose scored answer depends on where generation stopped
+      (``toolfid run --check-stops``: a defect of the early stop on this model; the numbers are not trusted)
 4     user error (:class:`ToolfidError`): bad file, missing model, bad flag value
 5     internal error (a bug): one line, ``--debug`` shows the traceback
 130   interrupted (Ctrl-C)
@@ -23,6 +25,7 @@ from typing import Any, Callable
 EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_UNDECIDED = 2
+EXIT_STOP_CHECK = 3
 EXIT_USER_ERROR = EXIT_INPUT = 4
 EXIT_INTERNAL_ERROR = EXIT_INTERNAL = 5
 EXIT_INTERRUPTED = 130

@@ -20,10 +20,15 @@ generation that ran on can be cut exactly where a stopped one ends: ``truncate_c
 truncate_call(stopped)`` for greedy decoding, which keeps per-case outcomes identical whether or
 not a backend stops early.
 
-``CallStoppingCriteria`` wraps the scanner as a transformers ``StoppingCriteria`` that answers per
-sequence of a batch (finished rows are padded by ``generate``; the others go on).
-not a backend stops early. :mod:`lm_eval_toolfid.runtime.stopping` wraps the scanner as a
-per-row stopping criterion for generation.
+A scanner may start from a *prefix* that is not generated: the text a prompt style writes in front of
+the answer (plain-v3's primer ``{"name": "``), which the scorer puts back before the generation. The
+call structure is scanned over prefix + generation — under a primed prompt the outer ``{`` is in the
+prefix, so the first object that closes in the generation is the *arguments* object, not the call —
+while stop strings are searched in the generation only (lm-eval cuts them from the generation).
+
+:class:`AnswerWatch` is the stop rule built on it: it says when the scored answer of a growing
+generation can no longer change, whatever is generated next (see its docstring for the proof sketch);
+:mod:`lm_eval_toolfid.runtime.stopping` asks it after every token of a row.
 """
 
 from __future__ import annotations
@@ -48,9 +53,9 @@ _LIST_SPECIAL = re.compile(r"""[{}\[\]()"']""")
 class CallScanner:
     """Incremental detector of the end of the first complete tool call in a stream of text."""
 
-    def __init__(self, stop: Sequence[str] = ()) -> None:
+    def __init__(self, stop: Sequence[str] = (), prefix: str = "") -> None:
         self.text = ""
-        self.end: int | None = None  # index just past the completion point, once found
+        self.end: int | None = None  # index of ``text`` (prefix included) just past the completion point
         self.stop = [s for s in stop if s]
         self._max_stop = max((len(s) for s in self.stop), default=0)
         self._pos = 0  # next index of ``text`` to scan
@@ -59,6 +64,11 @@ class CallScanner:
         self._quote: str | None = None
         self._escape = False
         self._span_start = 0
+        self.generated_from = len(prefix)
+        """Where the generation starts in ``text``: stop strings are searched from here on."""
+        if prefix:
+            self.text = prefix
+            self.end = self._scan()
 
     @property
     def complete(self) -> bool:
@@ -78,7 +88,7 @@ class CallScanner:
         return self.end is not None
 
     def _check_stop(self, start: int) -> None:
-        lo = max(0, start - self._max_stop + 1)
+        lo = max(self.generated_from, start - self._max_stop + 1)
         for s in self.stop:
             i = self.text.find(s, lo)
             if i != -1 and (self.end is None or i < self.end):
@@ -236,9 +246,10 @@ def _is_json_object(span: str) -> bool:
         return False
 
 
-def call_end(text: str, stop: Sequence[str] = ()) -> int | None:
-    """Index just past the first complete call (or the start of a stop string); None if none yet."""
-    scanner = CallScanner(stop)
+def call_end(text: str, stop: Sequence[str] = (), prefix: str = "") -> int | None:
+    """Index (in ``prefix + text``) just past the first complete call, or the start of a stop string in
+    ``text``; None if none yet."""
+    scanner = CallScanner(stop, prefix)
     scanner.feed(text)
     return scanner.end
 
@@ -253,3 +264,67 @@ def truncate_call(text: str, stop: Sequence[str] = ()) -> str:
     end = call_end(text, stop)
     return text if end is None else text[:end]
 
+
+
+class AnswerWatch:
+    """When the scored answer of a growing generation can no longer change (the stop rule of a row).
+
+    The scorer reads a generation as ``prefix + cut(generation)`` — ``cut``: lm-eval's, at the first of
+    its ``until`` strings, applied to the generation only; ``prefix``: what the prompt style put in front
+    of the answer — and, for a case answered by (at most) one call (``call_end``), keeps that text up to
+    the end of its first complete call (:func:`truncate_call`). :meth:`feed` says True once that answer is
+    the same for every continuation of the text fed so far, which holds when no ``until`` string is
+    partly written at the end of the text (``...\n#`` of ``\n###``) and either
+
+    - an ``until`` string occurs in the text (every later occurrence comes after it, so the cut is fixed), or
+    - ``call_end`` and ``prefix + text`` holds a complete call (any later cut keeps all of the text, and the
+      first complete call of a text is the first complete call of every longer text).
+
+    Without a partial stop string at the end, every occurrence in a longer text that starts inside this
+    one lies wholly inside it, so lm-eval's sequential cut (each ``until`` in turn) gives the same result,
+    or a result at least this long. A partial one makes the row wait for the next token (one token at most
+    for ``\n###`` after a call that ends in a newline).
+    """
+
+    def __init__(self, until: Sequence[str] = (), prefix: str = "", call_end: bool = False) -> None:
+        self.until = [s for s in until if s]
+        self._longest = max((len(s) for s in self.until), default=0)
+        self.scanner = CallScanner(prefix=prefix) if call_end else None
+        self.text = ""
+        self.cut = False
+        """An ``until`` string occurs in the text."""
+
+    def feed(self, chunk: str) -> bool:
+        if chunk:
+            start = len(self.text)
+            self.text += chunk
+            if not self.cut and self.until:
+                lo = max(0, start - self._longest + 1)
+                self.cut = any(self.text.find(s, lo) != -1 for s in self.until)
+            if self.scanner is not None and not self.scanner.complete:
+                self.scanner.feed(chunk)
+        return self.settled
+
+    @property
+    def call_complete(self) -> bool:
+        return self.scanner is not None and self.scanner.complete
+
+    @property
+    def settled(self) -> bool:
+        if not (self.cut or self.call_complete):
+            return False
+        return not self.pending_stop()
+
+    def pending_stop(self) -> bool:
+        """Some ``until`` string is partly written at the end of the text (it may complete next)."""
+        text = self.text
+        for s in self.until:
+            for k in range(min(len(s) - 1, len(text)), 0, -1):
+                if text.endswith(s[:k]):
+                    return True
+        return False
+
+
+def answer_settled(text: str, until: Sequence[str] = (), prefix: str = "", call_end: bool = False) -> bool:
+    """:class:`AnswerWatch` on a whole text at once."""
+    return AnswerWatch(until, prefix, call_end).feed(text)

@@ -80,9 +80,14 @@ class Prompter:
         """The case's prompt starts the answer with a call (plain-v3): a no-call answer cannot be seen."""
         return bool(primer_for(case, self.settings))
 
+    def answer_prefix(self, case: Case) -> str:
+        """What the case's prompt wrote of the answer (plain-v3's primer; '' in every other style): the scorer
+        reads it in front of the generation, and so does the rule that stops generation early."""
+        return primer_for(case, self.settings)
+
     def answer(self, text: str, case: Case) -> str:
         """A generation as the whole answer (the primer the case's prompt ended with put back in front)."""
-        return primer_for(case, self.settings) + text
+        return self.answer_prefix(case) + text
 
     @property
     def expected_format(self) -> str | None:

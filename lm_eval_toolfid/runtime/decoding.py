@@ -58,6 +58,10 @@ class Row:
     stopper: Stopper
     max_new: int
     draft: Sequence[int] = ()
+    run_on: Stopper | None = None
+    """Keep generating after ``stopper`` ends the row, until this one does (EOS, ``until``, the budget): the
+    row's answer is ``tokens[:stopped_at]``, the rest shows what generation without the early stop writes
+    (``check_stops``). Costs decode steps only: no second prompt pass."""
 
 
 @dataclass
@@ -67,6 +71,10 @@ class RowResult:
     tokens: list[int] = field(default_factory=list)
     finish: str = ""
     """``eos``, ``stop`` (stop string or end of call), ``length``."""
+    stopped_at: int | None = None
+    """Where the row's stopper ended it; with :attr:`Row.run_on` the tokens after it are the run-on."""
+    run_on_finish: str = ""
+    """With :attr:`Row.run_on`: why the run-on ended."""
     draft_len: int = 0
     accepted: int = 0
     """Draft tokens accepted by verification (a prefix of the draft)."""
@@ -77,6 +85,11 @@ class RowResult:
     """Verified tokens whose top-two logit gap was below the engine's ``near_tie``."""
     gaps: list[float] = field(default_factory=list)
     """Top-two logit gap of every emitted token (only with ``record_gaps``)."""
+
+    @property
+    def answer(self) -> list[int]:
+        """The row's tokens up to where its stopper ended it (all of them without a run-on)."""
+        return self.tokens if self.stopped_at is None else self.tokens[:self.stopped_at]
 
     @property
     def decoded(self) -> int:
@@ -291,16 +304,24 @@ class GreedyEngine:
 
 def _emit(res: RowResult, row: Row, token: int, gap: float, record: bool) -> bool:
     """Append one token to a row's result (and its top-two gap when recorded); True when the row stops
-    there: its stopper says so (EOS, ``until``, the end of the call) or its budget is spent."""
+    there: its stopper says so (EOS, ``until``, the end of the call) or its budget is spent — or, for a row
+    that runs on, when its run-on stopper says so."""
     res.tokens.append(token)
     if record:
         res.gaps.append(gap)
-    reason = row.stopper.push(token)
-    if reason is None and len(res.tokens) >= row.max_new:
-        reason = "length"
-    if reason is not None:
-        res.finish = reason
-    return reason is not None
+    n = len(res.tokens)
+    if res.stopped_at is None:
+        reason = row.stopper.push(token)
+        if reason is None and n >= row.max_new:
+            reason = "length"
+        if reason is not None:
+            res.finish, res.stopped_at = reason, n
+    if row.run_on is None:
+        return res.stopped_at is not None
+    over = row.run_on.push(token) or ("length" if n >= row.max_new else None)
+    if over is not None:
+        res.run_on_finish = over
+    return over is not None
 
 
 class _Batch:

@@ -83,6 +83,22 @@ class _Plan:
     call_end: bool
     verify: bool
     draft_text: str | None
+    prefix: str = ""
+    """What the scorer puts in front of the generation (plain-v3's primer): the stop rule reads it too."""
+    check: bool = False
+    """Decode this row a second time without stopping early (``check_stops``)."""
+
+
+def answer_prefix(request: Any) -> str:
+    """The text the scorer puts in front of this request's generation: what the task attached
+    (``Instance.toolfid_answer_prefix``), else the primer the prompt ends with (what every reader of
+    lm-eval samples files restores)."""
+    prefix = getattr(request, "toolfid_answer_prefix", None)
+    if isinstance(prefix, str):
+        return prefix
+    from lm_eval_toolfid.prompts.plain import restore_primer
+
+    return restore_primer(request.args[0], "")
 
 
 def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -135,6 +151,8 @@ class ToolfidHFLM(HFLM):
         """Called ``(tokens, seconds)`` as each engine row finishes (``toolfid run``'s progress line)."""
         self._plans: dict[str, _Plan] = {}
         self._row_info: dict[str, dict[str, Any]] = {}
+        self._check_texts: dict[str, str] = {}
+        """context -> the generation run on without the early stop (rows marked for ``check_stops``)."""
         self._batch_strings: list[str] | None = None
         self._stop_now = False
 
@@ -146,14 +164,19 @@ class ToolfidHFLM(HFLM):
         for r in ours:
             context = r.args[0]
             plan = _Plan(call_end=single_call(r), verify=getattr(r, "toolfid_verify", True) is not False,
-                         draft_text=getattr(r, "toolfid_draft", None))
+                         draft_text=getattr(r, "toolfid_draft", None), prefix=answer_prefix(r),
+                         check=bool(getattr(r, "toolfid_check_stop", False)))
             seen = self._plans.get(context)
             if seen is not None:  # the same prompt twice: the cautious choice of both
+                if seen.prefix != plan.prefix:  # the same prompt scored two ways: no early stop for it
+                    plan.call_end = False
                 plan = _Plan(seen.call_end and plan.call_end, seen.verify and plan.verify,
-                             seen.draft_text or plan.draft_text)
+                             seen.draft_text or plan.draft_text, plan.prefix if plan.call_end else "",
+                             seen.check or plan.check)
             self._plans[context] = plan
         self._row_info = {}
-        self._stop_now = self.stop_at_call_end and bool(requests) and all(single_call(r) for r in requests)
+        self._check_texts = {}
+        self._stop_now = self.stop_at_call_end and bool(requests) and len(ours) == len(requests)
         whole_view = (self.use_engine and bool(requests) and len(ours) == len(requests)
                       and self._engine_fits(requests) is None)
         saved = self.batch_size_per_gpu
@@ -176,6 +199,8 @@ class ToolfidHFLM(HFLM):
                 info = self._row_info.get(r.args[0])
                 if info is not None:
                     r.toolfid_generation = info
+                if r.args[0] in self._check_texts:
+                    r.toolfid_unstopped = self._check_texts[r.args[0]]
 
     def _auto_rows(self, requests: list[Any]) -> int:
         """``auto`` for lm-eval's generate path: the rows the free memory holds (prompt + generation budget)."""
@@ -227,14 +252,18 @@ class ToolfidHFLM(HFLM):
         """transformers' generate, in chunks of the batch size when lm-eval handed over the whole view."""
         import torch
 
-        def one(ctx: Any, **kw: Any) -> Any:
-            if not self._stop_now:
+        strings = self._batch_strings if self._batch_strings and len(self._batch_strings) == context.shape[0] else None
+
+        def one(ctx: Any, rows: slice, **kw: Any) -> Any:
+            texts = strings[rows] if strings is not None else []
+            plans = [self._plans.get(s) for s in texts]
+            if not self._stop_now or not plans or any(p is None for p in plans):
                 return super(ToolfidHFLM, self)._model_generate(ctx, max_length, stop, **kw)
-            return self._generate_with_call_end(ctx, max_length, stop, **kw)
+            return self._generate_with_call_end(ctx, max_length, stop, texts, plans, **kw)  # type: ignore[arg-type]
 
         size = self._engine_batch
         if size is None or (isinstance(size, int) and size >= context.shape[0]):
-            return one(context, **generation_kwargs)
+            return one(context, slice(None), **generation_kwargs)
         if not isinstance(size, int):
             size = auto_batch_size(self.model, self.device, [max_length] * context.shape[0])
         mask = generation_kwargs.pop("attention_mask", None)
@@ -242,7 +271,7 @@ class ToolfidHFLM(HFLM):
         out = torch.full((context.shape[0], max_length), pad, dtype=context.dtype, device=context.device)
         for i in range(0, context.shape[0], size):
             kw = dict(generation_kwargs, **({"attention_mask": mask[i:i + size]} if mask is not None else {}))
-            chunk = one(context[i:i + size], **kw)
+            chunk = one(context[i:i + size], slice(i, i + size), **kw)
             out[i:i + size, :chunk.shape[1]] = chunk
         return out
 
@@ -253,8 +282,19 @@ class ToolfidHFLM(HFLM):
         for s in strings:
             self._row_info[s] = {"engine": "generate", "reason": why}
 
-    def _generate_with_call_end(self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any) -> Any:
+    def _generate_with_call_end(self, context: Any, max_length: int, stop: list[str], strings: list[str],
+                                plans: list[_Plan], **generation_kwargs: Any) -> Any:
+        """transformers' generate with each row stopped by the engine's rule (:class:`RowStopper`); rows to
+        check (``check_stops``) are generated once more with lm-eval's own stopping only."""
         import torch
+
+        checks = [i for i, plan in enumerate(plans) if plan.check]
+        if checks:
+            idx = torch.tensor(checks, device=context.device)
+            kw = {k: (v[idx] if k == "attention_mask" and v is not None else v) for k, v in generation_kwargs.items()}
+            full = super()._model_generate(context[idx], max_length, stop, **kw)
+            for j, i in enumerate(checks):
+                self._check_texts[strings[i]] = self._as_lm_eval_text(full[j, context.shape[1]:].tolist(), stop)
 
         generation_kwargs["temperature"] = generation_kwargs.get("temperature", 0.0)
         do_sample = generation_kwargs.get("do_sample")
@@ -263,7 +303,9 @@ class ToolfidHFLM(HFLM):
         if do_sample is False and temp == 0.0:
             generation_kwargs.pop("temperature", None)
         criteria = stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
-        criteria.append(make_stopping_criteria(self.tokenizer, context.shape[1], context.shape[0], stop))
+        criteria.append(make_stopping_criteria(self.tokenizer, context.shape[1], context.shape[0], stop,
+                                               prefixes=[p.prefix for p in plans],
+                                               call_end=[p.call_end and self.stop_at_call_end for p in plans]))
         with torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
                             enabled=self.mixed_precision_dtype is not None):
             return self.model.generate(input_ids=context, max_length=max_length, stopping_criteria=criteria,
@@ -287,8 +329,11 @@ class ToolfidHFLM(HFLM):
             sources.append(source)
 
         def make_rows() -> list[Row]:
+            # check_stops: a checked row runs on past its early stop, to where lm-eval's generation ends
             return [Row(prompt=p, max_new=max_new, draft=d,
-                        stopper=RowStopper(self.tokenizer, eos, stop, max_new, call_end=call_end and plan.call_end))
+                        stopper=RowStopper(self.tokenizer, eos, stop, max_new, call_end=call_end and plan.call_end,
+                                           prefix=plan.prefix),
+                        run_on=RowStopper(self.tokenizer, eos, stop, max_new) if plan.check else None)
                     for p, d, plan in zip(prompts, drafts, plans)]
 
         requested = self._engine_batch if self._engine_batch is not None else self.batch_size_per_gpu
@@ -319,17 +364,27 @@ class ToolfidHFLM(HFLM):
         out = torch.full((context.shape[0], context.shape[1] + max_new), pad_id, dtype=context.dtype)
         out[:, :context.shape[1]] = context.cpu()
         for i, (s, res, plan, source) in enumerate(zip(strings, results, plans, sources)):
-            if res.tokens:
-                out[i, context.shape[1]:context.shape[1] + len(res.tokens)] = torch.tensor(res.tokens, dtype=context.dtype)
+            tokens = res.answer
+            if tokens:
+                out[i, context.shape[1]:context.shape[1] + len(tokens)] = torch.tensor(tokens, dtype=context.dtype)
             if self.record_drafts:
-                self.drafts[s] = list(res.tokens)
+                self.drafts[s] = list(tokens)
+            if plan.check:
+                self._check_texts[s] = self._as_lm_eval_text(res.tokens, stop)
             self._row_info[s] = {
                 "engine": "toolfid", "verify": plan.verify, "draft_source": source, "draft_tokens": res.draft_len,
-                "tokens": len(res.tokens), "accepted": res.accepted, "verified": res.verified,
+                "tokens": len(tokens), "accepted": res.accepted, "verified": res.verified,
                 "decoded": res.decoded, "near_ties": res.near_ties, "finish": res.finish,
                 "decode_batch": used, "oom_halvings": halvings,
             }
         return out.to(context.device)
+
+    def _as_lm_eval_text(self, tokens: list[int], stop: list[str]) -> str:
+        """Generated tokens as lm-eval's HFLM returns them (decoded, cut at the first ``until`` string)."""
+        from lm_eval.models.utils import postprocess_generated_text
+
+        think = getattr(self, "think_end_token", None)
+        return postprocess_generated_text(self.tok_decode(tokens), stop, think if isinstance(think, str) else None)
 
     def _draft_for(self, context: str, plan: _Plan) -> tuple[list[int], str | None]:
         """The base's tokens for this context, and where they came from (None: no draft)."""

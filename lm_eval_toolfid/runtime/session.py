@@ -94,8 +94,9 @@ class ModelSession:
             self.lm.record_drafts = False
 
     def evaluate(self, task: str, metadata: dict[str, Any], adapter: str | None, label: str,
-                 out_dir: Path | None = None) -> ViewResult:
-        """Run the task in the current view; ``adapter`` is what the task records as ``peft``."""
+                 out_dir: Path | None = None, limit: int | None = None) -> ViewResult:
+        """Run the task in the current view; ``adapter`` is what the task records as ``peft``; ``limit``: the
+        first cases only (lm-eval's ``--limit``: a base view stores a subset reference)."""
         import lm_eval.evaluator
         from lm_eval import simple_evaluate
         from lm_eval.tasks import TaskManager
@@ -113,14 +114,14 @@ class ModelSession:
         with quiet_lm_eval(self.progress, self.verbose) if self.progress is not None else contextlib.nullcontext():
             manager = TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
             out = simple_evaluate(model=self.lm, model_args=model_args, tasks=[task], task_manager=manager,
-                                  log_samples=True, bootstrap_iters=0)
+                                  log_samples=True, bootstrap_iters=0, limit=limit)
         if out is None:
             raise ToolfidError("lm-eval returned no results")
         samples = out.pop("samples", {}).get(task, [])
         view = ViewResult(label=label, adapter=adapter, results=out, samples=samples)
         if out_dir is not None:
             view.path = save_view(view, out_dir, manifest=view_manifest(self.base, adapter, task, metadata,
-                                                                        self.model_args))
+                                                                        self.model_args, limit))
         if self.progress is not None:
             self.progress.view_finished(label, len(samples))
         return view

@@ -2,9 +2,9 @@
 
 :class:`RowStopper` is what :mod:`lm_eval_toolfid.runtime.decoding` asks after every token of a
 row: the model's EOS ids (as ``generate`` uses them), lm-eval's ``until`` strings, the end of the
-first complete tool call (:class:`lm_eval_toolfid.formats.call_end.CallScanner`, single-call
-requests only) and ``max_gen_toks``. :func:`make_stopping_criteria` wraps the same scanner as a
-transformers ``StoppingCriteria`` that answers per sequence of a batch (for ``generate``; lm-eval's
+first complete tool call in the text the scorer reads (the prompt's primer + the generation;
+:class:`lm_eval_toolfid.formats.call_end.AnswerWatch`, single-call requests only) and ``max_gen_toks``.
+:func:`make_stopping_criteria` wraps the same rule as a transformers ``StoppingCriteria`` that answers per sequence of a batch (for ``generate``; lm-eval's
 own criteria stop a batch only once *every* row has hit a stop sequence);
 :class:`IncrementalDecoder` turns token ids into new text per step without re-decoding the whole
 sequence.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from lm_eval_toolfid.formats.call_end import CallScanner
+from lm_eval_toolfid.formats.call_end import AnswerWatch, answer_settled
 
 
 class IncrementalDecoder:
@@ -40,21 +40,33 @@ class IncrementalDecoder:
 class RowStopper:
     """The stop rules of one row, fed one generated token at a time.
 
-    ``push`` returns why the row ends with this token (``"eos"``, ``"stop"`` for a stop string or
-    the end of the call, ``"length"`` for the token budget) or None. The token that triggers a stop
-    is part of the row's output, as in ``generate``; lm-eval cuts a stop string off the text itself.
+    ``push`` returns why the row ends with this token (``"eos"``, ``"stop"`` once the scored answer can
+    no longer change — an ``until`` string, or the end of the call for a case answered by one call —,
+    ``"length"`` for the token budget) or None. The token that triggers a stop is part of the row's
+    output, as in ``generate``; lm-eval cuts a stop string off the text itself.
+
+    The rule is :class:`~lm_eval_toolfid.formats.call_end.AnswerWatch` over exactly what the scorer reads:
+    ``prefix`` (what the prompt put in front of the answer: plain-v3's primer) + the generated text.
+    New text comes from an :class:`IncrementalDecoder` (O(new text) per token); before the row stops, the
+    rule is checked once more on the whole decoded text, as lm-eval decodes it. Should the two ever
+    disagree (a tokenizer whose pieces do not add up to the whole), the row goes on and from then on is
+    checked on its whole text at every token (:attr:`whole_text_checks` counts such rows' tokens).
     """
 
     def __init__(self, tokenizer: Any, eos_ids: Sequence[int], until: Sequence[str], max_new: int,
-                 call_end: bool = False) -> None:
+                 call_end: bool = False, prefix: str = "") -> None:
         self.eos_ids = frozenset(int(t) for t in eos_ids)
         self.until = [s for s in until if s]
         self.max_new = max_new
         self.count = 0
-        self._decoder = IncrementalDecoder(tokenizer) if (self.until or call_end) else None
-        self._scanner = CallScanner(self.until) if call_end else None
-        self._text = ""
-        self._longest = max((len(s) for s in self.until), default=0)
+        self.call_end = call_end
+        self.prefix = prefix
+        self.tokenizer = tokenizer
+        watching = bool(self.until) or call_end
+        self._decoder = IncrementalDecoder(tokenizer) if watching else None
+        self._watch = AnswerWatch(self.until, prefix, call_end) if watching else None
+        self._whole = False
+        self.whole_text_checks = 0
 
     def push(self, token: int) -> str | None:
         self.count += 1
@@ -62,28 +74,38 @@ class RowStopper:
             return "eos"
         if self._decoder is not None:
             chunk = self._decoder.push(token)
-            if chunk:
-                if self._scanner is not None:
-                    if self._scanner.feed(chunk):
-                        return "stop"
-                else:
-                    start = max(0, len(self._text) - self._longest + 1)
-                    self._text += chunk
-                    if any(s in self._text[start:] for s in self.until):
-                        return "stop"
+            if self._whole:
+                self.whole_text_checks += 1
+                if self._settled_whole():
+                    return "stop"
+            elif chunk and self._watch.feed(chunk):  # type: ignore[union-attr]
+                if self._settled_whole():
+                    return "stop"
+                self._whole = True
         return "length" if self.count >= self.max_new else None
 
+    def _settled_whole(self) -> bool:
+        """The rule on the whole generation, decoded as lm-eval decodes it."""
+        text = self.tokenizer.decode(self._decoder.ids, skip_special_tokens=True)  # type: ignore[union-attr]
+        return answer_settled(text, self.until, self.prefix, self.call_end)
 
-def make_stopping_criteria(tokenizer: Any, initial_length: int, batch_size: int, stop: Sequence[str] = ()) -> Any:
-    """A transformers ``StoppingCriteria`` that stops each row of a batch once its call is complete."""
+
+def make_stopping_criteria(tokenizer: Any, initial_length: int, batch_size: int, stop: Sequence[str] = (),
+                           prefixes: Sequence[str] | None = None, call_end: Sequence[bool] | None = None) -> Any:
+    """A transformers ``StoppingCriteria`` that stops each row of a batch once its scored answer is settled
+    (the same :class:`RowStopper` rule as the engine's: ``prefixes[i]`` in front of row i's text, the end of
+    the call where ``call_end[i]`` — default every row)."""
     import torch
     from transformers import StoppingCriteria
+
+    prefixes = list(prefixes) if prefixes is not None else [""] * batch_size
+    ends = list(call_end) if call_end is not None else [True] * batch_size
 
     class CallStoppingCriteria(StoppingCriteria):
         def __init__(self) -> None:
             self.initial_length = initial_length
-            self.scanners = [CallScanner(stop) for _ in range(batch_size)]
-            self.decoders = [IncrementalDecoder(tokenizer) for _ in range(batch_size)]
+            self.stoppers = [RowStopper(tokenizer, (), stop, 1 << 30, call_end=ends[i], prefix=prefixes[i])
+                             for i in range(batch_size)]
             self.done = torch.zeros(batch_size, dtype=torch.bool)
 
         def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
@@ -91,10 +113,7 @@ def make_stopping_criteria(tokenizer: Any, initial_length: int, batch_size: int,
                 return self.done.to(input_ids.device)
             last = input_ids[:, -1].tolist()
             for row, token in enumerate(last):
-                if self.done[row]:
-                    continue
-                chunk = self.decoders[row].push(int(token))
-                if chunk and self.scanners[row].feed(chunk):
+                if not self.done[row] and self.stoppers[row].push(int(token)) is not None:
                     self.done[row] = True
             return self.done.clone().to(input_ids.device)
 

@@ -30,7 +30,7 @@ class ViewResult:
 
 
 def view_manifest(base: str, adapter: str | None, task: str, metadata: dict[str, Any],
-                  model_args: dict[str, Any] | None = None) -> dict[str, Any]:
+                  model_args: dict[str, Any] | None = None, limit: int | None = None) -> dict[str, Any]:
     """What a saved view was computed from; ``--resume`` reuses a view only when all of it matches."""
     from lm_eval_toolfid import __version__
     from lm_eval_toolfid.pairing.identity import dir_fingerprint
@@ -45,8 +45,10 @@ def view_manifest(base: str, adapter: str | None, task: str, metadata: dict[str,
         "format": MANIFEST_FORMAT,
         "base": base, "base_fingerprint": fingerprint(base),
         "adapter": adapter, "adapter_fingerprint": fingerprint(adapter),
-        # verify changes how adapter tokens are computed, not which: a view saved either way is reused
-        "task": task, "settings": {k: v for k, v in metadata.items() if k != "verify"},
+        # verify changes how adapter tokens are computed, not which, and check_stops only checks them: a view
+        # saved either way is reused
+        "task": task, "settings": {k: v for k, v in metadata.items() if k not in ("verify", "check_stops")},
+        **({"limit": limit} if limit is not None else {}),
         "model_args": {k: v for k, v in (model_args or {}).items() if k != "pretrained"},
         "toolfid_version": __version__,
     }, sort_keys=True, default=str))

@@ -158,6 +158,37 @@ class FidelityRun:
         record = pair(case, ft, base, text, base_text)
         return record.model_copy(update={"request_hash": self.request_hashes.get(case_id), "primed": primed})
 
+    def check_stops(self, rows: list[tuple[str, str, str]], asked: int) -> dict[str, Any]:
+        """``check_stops``: each ``(case_id, answer as stopped, answer run on without the early stop)``
+        (both with the prompt's primer in front) through :func:`answer_text`; a case whose scored answer
+        differs is a defect of the stop rule on this model, reported in ``provenance["stop_check"]``."""
+        differ = []
+        for cid, stopped, full in rows:
+            case = self.cases[cid]
+            a, b = answer_text(stopped, case), answer_text(full, case)
+            if a != b:
+                opts = {"task_allowed": self.settings.allowed_tools,
+                        "string_arguments_valid": self.settings.string_arguments == "valid"}
+                differ.append({"case_id": cid, "stopped": a[-300:], "unstopped": b[-300:],
+                               "outcome_stopped": score_generation(a, case, **opts).kind.value,
+                               "outcome_unstopped": score_generation(b, case, **opts).kind.value})
+        check: dict[str, Any] = {"asked": asked, "rows": len(rows), "differ": len(differ), "cases": differ[:20]}
+        if not rows:
+            check["note"] = ("not run: the model class generated no row a second time (only toolfid's model "
+                             "classes stop early; plain lm-eval classes generate to the stop sequence, so there is "
+                             "nothing to check)")
+            log.warning("tool_use_fidelity: check_stops %s", check["note"])
+        elif differ:
+            log.warning("tool_use_fidelity: check_stops: %d of %d cases score differently when generation is not "
+                        "stopped at the end of the call (e.g. %s: %s vs %s); please report it with the model name",
+                        len(differ), len(rows), differ[0]["case_id"], differ[0]["outcome_stopped"],
+                        differ[0]["outcome_unstopped"])
+        else:
+            log.info("tool_use_fidelity: check_stops: %d cases decoded again without the early stop; every scored "
+                     "answer is the same", len(rows))
+        self.provenance["stop_check"] = check
+        return check
+
     # --- once, at the end ----------------------------------------------------------------
 
     def finish(self, records: list[Any]) -> Conclusion:

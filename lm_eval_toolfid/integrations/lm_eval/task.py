@@ -259,13 +259,20 @@ class ToolUseFidelityTask(ConfigurableTask):
         self.run.provenance.update(prompt=self.prompter.settings.fingerprint(), **self.prompter.provenance())
         self._note_adapter_template()
         super().build_all_requests(**kwargs)
-        self._attach_drafts()
+        self._attach_generation_hints()
 
-    def _attach_drafts(self) -> None:
-        """Tell the LM, per request, whether to verify and the base's answer to verify (read by
-        toolfid's engine, ignored by other LMs). Set on every instance, cached ones included."""
-        primer = self.prompter.primer
+    def _attach_generation_hints(self) -> None:
+        """Tell the LM, per request, what the scorer puts in front of the generation (the stop rule reads
+        it too), whether to verify and the base's answer to verify, and whether to decode it a second time
+        without the early stop (``check_stops``): read by toolfid's model classes, ignored by other LMs.
+        Set on every instance, cached ones included."""
+        to_check = self.settings.check_stops
         for inst in self._instances or []:
+            case = self.cases.get(str(inst.doc.get("id"))) if isinstance(inst.doc, dict) else None
+            primer = self.prompter.answer_prefix(case) if case is not None else ""
+            inst.toolfid_answer_prefix = primer
+            inst.toolfid_check_stop = bool(to_check) and case is not None and len(case.expected_calls) <= 1
+            to_check -= inst.toolfid_check_stop
             inst.toolfid_verify = self.settings.verify
             inst.toolfid_draft = None
             if self.settings.verify and self.settings.is_adapter_run and isinstance(inst.doc, dict):
@@ -343,10 +350,24 @@ class ToolUseFidelityTask(ConfigurableTask):
     def _finish(self, records: list[dict[str, Any]]) -> float:
         infos = [getattr(inst, "toolfid_generation", None) for inst in self._instances or []]
         self.run.provenance["generation"] = summarize_generation(infos, verify=self.settings.verify)
+        if self.settings.check_stops:
+            self._check_stops()
         conclusion = self.run.finish(records)
         if isinstance(self.config.metadata, dict):
             self.config.metadata["toolfid"] = self.run.provenance
         return conclusion.pass_value if self.settings.is_adapter_run else float(conclusion.summary.n)
+
+    def _check_stops(self) -> None:
+        """``check_stops``: the rows the LM decoded a second time without the early stop, scored both ways."""
+        rows = []
+        for inst in self._instances or []:
+            full = getattr(inst, "toolfid_unstopped", None)
+            if full is None or not isinstance(inst.doc, dict) or not inst.resps:
+                continue
+            case = self.case_of(inst.doc)
+            stopped = inst.resps[0] if isinstance(inst.resps[0], str) else str(inst.resps[0])
+            rows.append((case.id, self.prompter.answer(stopped, case), self.prompter.answer(full, case)))
+        self.run.check_stops(rows, asked=self.settings.check_stops)
 
     def _z(self, items: list[int]) -> float:
         assert self.run.calibration is not None

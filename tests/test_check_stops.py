@@ -1,0 +1,80 @@
+"""``toolfid run --check-stops N`` (and metadata ``check_stops``) on the bundled fixture model.
+
+A checked row runs on past its early stop, in the same decode batch, to where lm-eval's own generation ends;
+both answers are scored. On the fixture every answer is the same (exit 0, one line per view); a stop rule made
+wrong on purpose (rows cut after three tokens) is caught: the cases are listed and the command exits 3.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lm_eval_toolfid.cases.bundled import fixture_paths
+from lm_eval_toolfid.cli import main
+from lm_eval_toolfid.core.errors import EXIT_STOP_CHECK
+
+FIX = fixture_paths()
+TASK = "tool_use_fidelity_fixture"
+
+
+def _run(tmp_path: Path, *extra: str) -> list[str]:
+    return ["run", "--base", FIX["base"], "--adapter", f"faithful={FIX['adapters']['faithful']}", "--task", TASK,
+            "--output", str(tmp_path / "out"), "--no-breakdown", "--batch-size", "16", *extra]
+
+
+def _stop_check(out: Path, view: str) -> dict:
+    results = json.loads((out / view / "results.json").read_text())
+    return results["configs"][TASK]["metadata"]["toolfid"]["stop_check"]
+
+
+def test_check_stops_finds_nothing_on_the_fixture(toolfid_home: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    code = main(_run(tmp_path, "--check-stops", "72"))
+    err = capsys.readouterr().err
+    assert code == 0, err[-2000:]
+    for view in ("base", "faithful"):
+        check = _stop_check(tmp_path / "out", view)
+        assert check["asked"] == 72 and check["rows"] == 72 and check["differ"] == 0, check
+        assert f"check-stops: {view}: 72 cases decoded on past the early stop; every scored answer is the same" in err
+    # a checked view is the same view: --resume reuses it without --check-stops, and the other way round
+    assert main(_run(tmp_path, "--resume")) == 0
+
+
+def test_a_wrong_stop_rule_is_caught_and_exits_3(toolfid_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    from lm_eval_toolfid.runtime import stopping
+
+    original = stopping.RowStopper.push
+
+    def cut_after_three(self, token):  # noqa: ANN001, ANN202 - a stop rule that is wrong on purpose
+        reason = original(self, token)
+        return reason or ("stop" if self.call_end and self.count >= 3 else None)
+
+    monkeypatch.setattr(stopping.RowStopper, "push", cut_after_three)
+    code = main(_run(tmp_path, "--check-stops", "8", "--limit", "8"))
+    err = capsys.readouterr().err
+    assert code == EXIT_STOP_CHECK, err[-2000:]
+    check = _stop_check(tmp_path / "out", "base")
+    assert check["rows"] == 8 and check["differ"] == 8
+    first = check["cases"][0]
+    assert first["outcome_stopped"] == "malformed" and first["outcome_unstopped"] == "valid"
+    assert "check-stops: base: 8 of 8 cases score differently without the early stop" in err
+
+
+def test_check_stops_in_lm_eval_metadata_with_a_plain_class_says_there_is_nothing_to_check(
+        toolfid_home: Path, tmp_path: Path) -> None:
+    """lm-eval's own HFLM never stops early: the check records that it had nothing to check."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    from lm_eval_toolfid.cases.bundled import tasks_path
+
+    meta = {"pretrained": FIX["base"], "check_stops": 4}
+    out = simple_evaluate(model="hf", model_args={"pretrained": FIX["base"]}, tasks=[TASK], limit=4, device="cpu",
+                          task_manager=TaskManager(include_path=str(tasks_path()), include_defaults=False,
+                                                   metadata=meta), bootstrap_iters=0)
+    check = out["configs"][TASK]["metadata"]["toolfid"]["stop_check"]
+    assert check["rows"] == 0 and "nothing to check" in check["note"]

@@ -1,0 +1,118 @@
+"""Three flows, one answer: plain ``lm_eval --model hf`` (lm-eval's HFLM generates on to ``\\n###``),
+``toolfid lm-eval --model hf`` (toolfid's engine stops each row once its scored answer is settled) and
+``toolfid run`` (the engine, one process) score every case alike — through the real CLIs, on
+SmolLM2-135M-Instruct in its default style (``auto`` -> plain-v3: the prompt ends with the primer
+``{"name": "``, so the outer brace of every call is in the prompt), on the first 16 default cases.
+
+Before issue 28, 3 of these 16 cases differed (the engine cut ``…"ZA"}}`` one brace short of the call). Also:
+``toolfid run --check-stops`` decodes every case on past its early stop and finds nothing; and a base
+reference written by plain ``lm_eval`` pairs with an adapter run of the engine (a B = 0 LoRA: every output
+the same, PASS), since the two flows are guaranteed to score alike. Qwen's default style (chat) runs the same
+three flows in tests/test_qwen_coder.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .lm_eval_helpers import BIN, lm_eval_cli, read_run, toolfid_meta
+from .lora_recipes import zero_lora
+
+pytestmark = pytest.mark.slow
+TASK = "tool_use_fidelity"
+N = 16
+COMMON = ["--limit", str(N), "--batch_size", str(N)]
+
+
+def _env(home: Path) -> dict[str, str]:
+    return dict(os.environ, TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                OMP_NUM_THREADS="1")
+
+
+def _toolfid(args: list[str], home: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "toolfid"), *args], capture_output=True, text=True, env=_env(home), timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def flows(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the lm_eval subprocesses
+    root = tmp_path_factory.mktemp("stop-flows")
+    zero = zero_lora(smollm2, root / "zero")
+    home = root / "home"
+    out: dict = {"zero": zero}
+    # 1. plain lm_eval: HFLM generates to "\n###"; this base run writes the reference
+    proc = lm_eval_cli(f"pretrained={smollm2}", root / "plain", home, task=TASK, extra=COMMON)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out["plain"] = read_run(root / "plain", TASK)
+    # 2. toolfid lm-eval: the engine; a base run that leaves that reference alone
+    proc = _toolfid(["lm-eval", "--tasks", TASK, "--model", "hf", "--model_args", f"pretrained={smollm2}",
+                     "--output_path", str(root / "engine"), "--log_samples", "--device", "cpu", *COMMON,
+                     "--metadata", json.dumps({"write_reference": False})], home)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out["engine"] = read_run(root / "engine", TASK)
+    # 3. an engine adapter run pairs with the plain lm_eval base's reference (and verifies its answers)
+    proc = _toolfid(["lm-eval", "--tasks", TASK, "--model", "hf", "--model_args", f"pretrained={smollm2},peft={zero}",
+                     "--output_path", str(root / "engine-zero"), "--log_samples", "--device", "cpu", *COMMON], home)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out["engine-zero"] = (*read_run(root / "engine-zero", TASK), proc.stderr)
+    # 4. toolfid run: base and adapter views in one process, every case decoded on past its stop as well
+    run = _toolfid(["run", "--base", str(smollm2), "--adapter", f"zero={zero}", "--limit", str(N),
+                    "--check-stops", str(N), "--output", str(root / "run"), "--batch-size", str(N)],
+                   root / "home-run")
+    out["run"], out["run_dir"] = run, root / "run"
+    return out
+
+
+def _records(samples: list[dict]) -> dict[str, dict]:
+    return {s["doc"]["id"]: (s.get("cases_scored") or s.get("fidelity_pass")) for s in samples}
+
+
+def _scored(record: dict) -> tuple:
+    """What a case scored: its outcome (kind, keyword), every call (name, arguments, format) and the text."""
+    ft = record["ft"]
+    return (ft["kind"], ft.get("keyword"), [(c.get("name"), c.get("arguments"), c.get("surface"))
+                                            for c in ft.get("calls") or []], ft.get("text"))
+
+
+def test_the_three_flows_score_every_case_alike(flows: dict) -> None:
+    assert flows["run"].returncode == 0, flows["run"].stderr[-3000:]
+    run_dir = flows["run_dir"]
+    plain = _records(flows["plain"][1])
+    engine = _records(flows["engine"][1])
+    run = {}
+    for line in (run_dir / "base" / "samples.jsonl").read_text().splitlines():
+        s = json.loads(line)
+        run[s["doc"]["id"]] = s["cases_scored"]
+    assert len(plain) == len(engine) == len(run) == N
+    assert toolfid_meta(flows["plain"][0])["prompt_style"] == "plain"
+    assert toolfid_meta(flows["plain"][0])["prompt_template"] == "plain-v3"
+    for cid in plain:
+        assert plain[cid]["request_hash"] == engine[cid]["request_hash"] == run[cid]["request_hash"], cid
+        assert _scored(plain[cid]) == _scored(engine[cid]) == _scored(run[cid]), cid
+    # the engine stopped early (fewer tokens than lm-eval's generation to "\n###"), yet scored alike
+    gen = toolfid_meta(flows["engine"][0])["generation"]
+    assert gen["engine"] == "toolfid" and gen["rows"] == N
+
+
+def test_check_stops_finds_nothing_on_smollm2(flows: dict) -> None:
+    run = flows["run"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "base: 16 cases decoded on past the early stop; every scored answer is the same" in run.stderr
+    assert "zero: 16 cases decoded on past the early stop; every scored answer is the same" in run.stderr
+
+
+def test_a_plain_lm_eval_reference_pairs_with_an_engine_adapter_run(flows: dict) -> None:
+    results, samples, stderr = flows["engine-zero"]
+    meta = toolfid_meta(results)
+    assert meta["pairing"].startswith("reference store"), meta["pairing"]
+    assert meta["generation"]["draft_sources"] == {"reference": N}
+    assert meta["summary"]["metrics"]["identical_output_rate"] == 1.0
+    assert meta["verdict"]["label"] == "PASS", meta["verdict"]["reason"]
+    plain = _records(flows["plain"][1])
+    for cid, record in _records(samples).items():
+        assert _scored(record) == _scored(plain[cid]), cid
