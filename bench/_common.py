@@ -18,6 +18,21 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+class Clock:
+    """Wall and CPU seconds of a ``with`` block."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
+
+    def __enter__(self) -> "Clock":
+        self._w, self._c = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.wall = time.perf_counter() - self._w
+        self.cpu = time.process_time() - self._c
+
+
 def threads() -> int:
     import torch
 

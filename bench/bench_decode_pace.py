@@ -6,7 +6,10 @@
 2. The model: bytes read per decode step (every weight but the input embedding) and FLOPs per
    token (2 × those parameters; prompt tokens skip the lm_head).
 3. One decode step against batch size (a cache of ``--context`` tokens per row): measured seconds
-   and tokens/s beside the limit ``max(weight bytes ÷ bandwidth, rows × FLOPs ÷ matmul rate)``.
+   and tokens/s beside the limit ``max(weight bytes ÷ bandwidth, rows × FLOPs ÷ matmul rate)``, and
+   beside the limit that also counts what attention must read every step: every row's cached keys and
+   values (``rows × context × KV bytes per token``; fp32, at batch 64 and 600 tokens as much as the weights
+   or more).
 4. A real base view (``--cases`` default cases, chat template) through lm-eval's ``simple_evaluate``:
    toolfid's engine at ``--batch-size`` and at ``auto``, and the path before it (transformers'
    ``generate`` in lm-eval's batches, per-row stop at the end of the call), with the view's floor:
@@ -81,7 +84,7 @@ def step_times(model: Any, batches: list[int], context: int, steps: int = 3) -> 
     ids = torch.randint(1000, 20000, (1, context))
     with torch.inference_mode():
         cache = engine.SlotCache([engine.SlotLayer(context) for _ in range(engine.n_layers)])
-        model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=ids, **{engine.cache_arg: cache}, use_cache=True, logits_to_keep=1)
         out = {}
         for b in batches:
             layers = []
@@ -98,7 +101,7 @@ def step_times(model: Any, batches: list[int], context: int, steps: int = 3) -> 
                 mask = torch.ones(b, context + s + 1, dtype=torch.long)
                 t0 = time.perf_counter()
                 logits = model(input_ids=token, attention_mask=mask, position_ids=torch.full((b, 1), context + s),
-                               past_key_values=c, use_cache=True, logits_to_keep=1).logits
+                               **{engine.cache_arg: c}, use_cache=True, logits_to_keep=1).logits
                 logits.argmax(-1)
                 t.append(time.perf_counter() - t0)
             out[b] = min(t)
@@ -157,13 +160,24 @@ def main() -> None:
     print(f"{Path(model_path).name}: {W / 2**30:.2f} GiB read per decode step, {F / 1e9:.2f} GFLOP per generated "
           f"token, {Fp / 1e9:.2f} GFLOP per prompt token")
 
+    from lm_eval_toolfid.runtime.batch_size import kv_bytes_per_token
+
+    kv_token = kv_bytes_per_token(lm.model)
+
     def limit(rows: int) -> float:
         return max(W / bw, rows * F / rate)
 
-    print(f"\ndecode step, {args.context} cached tokens per row:")
-    print(f"  {'rows':>4s} {'step':>8s} {'tok/s':>7s} {'limit step':>11s} {'limit tok/s':>12s} {'measured/limit':>15s}")
+    def limit_kv(rows: int, context: int) -> float:
+        """The limit with the KV cache read counted too: every row's keys and values, each step."""
+        return max((W + rows * context * kv_token) / bw, rows * F / rate)
+
+    print(f"\ndecode step, {args.context} cached tokens per row ({kv_token / 1024:.1f} KiB of keys and values per "
+          "token; attention reads all of them every step):")
+    print(f"  {'rows':>4s} {'step':>8s} {'tok/s':>7s} {'limit step':>11s} {'measured/limit':>15s} "
+          f"{'limit with KV read':>19s} {'measured/that':>14s}")
     for b, s in step_times(lm.model, [int(x) for x in args.batches.split(",")], args.context).items():
-        print(f"  {b:4d} {s:7.3f}s {b / s:7.1f} {limit(b):10.3f}s {b / limit(b):12.1f} {s / limit(b):15.2f}")
+        lk = limit_kv(b, args.context)
+        print(f"  {b:4d} {s:7.3f}s {b / s:7.1f} {limit(b):10.3f}s {s / limit(b):15.2f} {lk:18.3f}s {s / lk:14.2f}")
     if args.skip_views:
         return
 

@@ -27,26 +27,12 @@ import argparse
 import json
 import os
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from _common import subset_file, threads
+from _common import Clock, subset_file, threads
 
 QWEN = "qwen2.5-coder-0.5b-instruct"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.wall = self.cpu = 0.0
-
-    def __enter__(self) -> "Clock":
-        self._w, self._c = time.perf_counter(), time.process_time()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.wall = time.perf_counter() - self._w
-        self.cpu = time.process_time() - self._c
 
 
 PROSE = ("The river bends slowly past the old mill, where swallows nest under the eaves every spring.",

@@ -43,7 +43,8 @@ def load(path: Path) -> tuple[Any, Any]:
     return model, AutoTokenizer.from_pretrained(path)
 
 
-def run_style(model: Any, tok: Any, path: Path, style: str, template: str, cases: list[Any]) -> dict[str, Any]:
+def run_style(model: Any, tok: Any, path: Path, style: str, template: str, cases: list[Any],
+              share_prefixes: bool = True) -> dict[str, Any]:
     """The task's prompts in one style, each generated full; per case the stop index and both answers."""
     from lm_eval.models.utils import postprocess_generated_text
 
@@ -69,8 +70,10 @@ def run_style(model: Any, tok: Any, path: Path, style: str, template: str, cases
                                    prefix=prompter.answer_prefix(c)),
                 run_on=RowStopper(tok, eos, until, MAX_NEW)) for c, p in zip(cases, prompts)]
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
-    done = GreedyEngine(model, pad, EngineConfig(max_batch=len(rows))).run(rows)
-    out: dict[str, Any] = {"cases": [], "until": until}
+    engine = GreedyEngine(model, pad, EngineConfig(max_batch=len(rows), share_prefixes=share_prefixes,
+                                                   record_gaps=True))
+    done = engine.run(rows)
+    out: dict[str, Any] = {"cases": [], "until": until, "stats": engine.stats}
     for case, res in zip(cases, done):
         single = len(case.expected_calls) <= 1
         prefix = prompter.answer_prefix(case)
@@ -91,8 +94,32 @@ def run_style(model: Any, tok: Any, path: Path, style: str, template: str, cases
             text = new
         out["cases"].append({"id": case.id, "k": k, "n": len(res.tokens), "finish": res.finish,
                              "stopped": scored(res.tokens[:k]), "full": scored(res.tokens),
-                             "naive": scored(res.tokens[:naive_k]), "primed": bool(prefix)})
+                             "naive": scored(res.tokens[:naive_k]), "primed": bool(prefix),
+                             "tokens": res.tokens, "gaps": res.gaps, "shared": res.shared})
     return out
+
+
+def same_tokens(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int]:
+    """Two runs of the same cases (e.g. with and without shared prefixes): every case's tokens are the same,
+    or its first difference is at a near tie in either run (raises otherwise). Returns (cases compared,
+    cases that differ at a near tie)."""
+    from lm_eval_toolfid.runtime.decoding import NEAR_TIE
+
+    by_id = {c["id"]: c for c in b["cases"]}
+    compared = differ = 0
+    for x in a["cases"]:
+        y = by_id.get(x["id"])
+        if y is None:
+            continue
+        compared += 1
+        if x["tokens"] == y["tokens"]:
+            continue
+        j = next((k for k, (s, t) in enumerate(zip(x["tokens"], y["tokens"])) if s != t),
+                 min(len(x["tokens"]), len(y["tokens"])))
+        gap = min(x["gaps"][j] if j < len(x["gaps"]) else 1.0, y["gaps"][j] if j < len(y["gaps"]) else 1.0)
+        assert gap < NEAR_TIE, f"{x['id']}: tokens differ at {j} where the top-two gap is {gap:.3g}: not a near tie"
+        differ += 1
+    return compared, differ
 
 
 def summary(run: dict[str, Any]) -> dict[str, Any]:

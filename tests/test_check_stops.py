@@ -78,3 +78,23 @@ def test_check_stops_in_lm_eval_metadata_with_a_plain_class_says_there_is_nothin
                                                    metadata=meta), bootstrap_iters=0)
     check = out["configs"][TASK]["metadata"]["toolfid"]["stop_check"]
     assert check["rows"] == 0 and "nothing to check" in check["note"]
+
+
+def test_check_stops_on_the_generate_path(toolfid_home: Path) -> None:
+    """A generation config the engine does not apply (repetition_penalty) sends the view through transformers'
+    generate with the same per-row stop; its checked rows are generated again with lm-eval's own stopping."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    from lm_eval_toolfid.cases.bundled import tasks_path
+    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+
+    lm = ToolfidHFLM(pretrained=FIX["base"], batch_size=8, device="cpu")
+    lm.model.generation_config.repetition_penalty = 1.3
+    manager = TaskManager(include_path=str(tasks_path()), include_defaults=False,
+                          metadata={"pretrained": FIX["base"], "write_reference": False, "check_stops": 12})
+    out = simple_evaluate(model=lm, model_args={"pretrained": FIX["base"]}, tasks=[TASK], task_manager=manager,
+                          bootstrap_iters=0, limit=12)
+    meta = out["configs"][TASK]["metadata"]["toolfid"]
+    assert meta["generation"]["engine"] == "generate"
+    assert meta["stop_check"]["rows"] == 12 and meta["stop_check"]["differ"] == 0, meta["stop_check"]

@@ -149,6 +149,44 @@ def test_verified_equals_plain_for_every_adapter_and_schedule(fixture_model: dic
                     assert all(r.decoded == 0 and r.accepted == len(r.tokens) for r in out)
 
 
+def _same_or_near_tie(a: Any, b: Any, what: str) -> int:
+    """Rows of two runs (with ``record_gaps``): the same tokens, or a first difference where either run's
+    top-two logit gap was below the engine's near-tie tolerance. Returns how many rows differ (near ties)."""
+    from lm_eval_toolfid.runtime.decoding import NEAR_TIE
+
+    differ = 0
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x.tokens == y.tokens:
+            continue
+        j = next((k for k, (s, t) in enumerate(zip(x.tokens, y.tokens)) if s != t), min(len(x.tokens), len(y.tokens)))
+        gap = min(x.gaps[j] if j < len(x.gaps) else 1.0, y.gaps[j] if j < len(y.gaps) else 1.0)
+        assert gap < NEAR_TIE, f"{what}: case {i} differs at token {j} (top-two gap {gap:.3g}): not a near tie"
+        differ += 1
+    return differ
+
+
+@pytest.mark.parametrize("view", [None, "faithful", "hallucinating", "broken", "prose_after_results"])
+def test_shared_prefixes_give_the_tokens_of_whole_prompts(fixture_model: dict, base_tokens: list,
+                                                          view: str | None) -> None:
+    """Prompt prefixes that rows share computed once per view (the default) against every prompt computed
+    whole: the same tokens for every row, decoded and verified, unless at a near tie (none on the fixture);
+    fewer prompt tokens computed."""
+    with _view(fixture_model, view):
+        whole_engine = _engine(fixture_model, max_batch=8, share_prefixes=False, record_gaps=True)
+        whole = whole_engine.run(_rows(fixture_model))
+        shared_engine = _engine(fixture_model, max_batch=8, record_gaps=True)
+        shared = shared_engine.run(_rows(fixture_model))
+        verified = _engine(fixture_model, max_batch=8, record_gaps=True).run(_rows(fixture_model, base_tokens))
+    stats, whole_stats = shared_engine.stats, whole_engine.stats
+    assert whole_stats.shared_tokens == 0 and whole_stats.prompt_tokens == whole_stats.prompt_tokens_total
+    assert stats.prefix_nodes > 0 and stats.shared_tokens > 0
+    # every prompt token is computed once: by a shared prefix's pass or by the row's own pass
+    assert stats.prompt_tokens < 0.6 * whole_stats.prompt_tokens
+    assert sum(r.shared for r in shared) == stats.shared_tokens
+    assert _same_or_near_tie(shared, whole, f"{view} shared") == 0
+    assert _same_or_near_tie(verified, whole, f"{view} verified") == 0
+
+
 def test_acceptance_follows_how_close_the_adapter_is(fixture_model: dict, base_tokens: list) -> None:
     rates = {}
     for view in fixture_model["adapters"]:

@@ -162,3 +162,47 @@ def test_a_line_separator_inside_a_generation_is_not_a_line_break(tmp_path):
     assert [(cid, t) for _, cid, t, _ in iter_samples(samples)] == [("a", text), ("b", "\u0085")]
     (tmp_path / "results_x.json").write_text(_results("pretrained=b"))
     assert reference_from_samples(samples, KEY).generations["a"] == text
+
+
+def test_a_base_run_of_the_old_stop_rule_is_refused_for_a_primed_prompt(tmp_path):
+    """Before issue 28 the engine's early stop did not read plain-v3's primer and could cut a base answer one
+    brace short. A reference (or samples file) without the stop rule that wrote it is used for an unprimed
+    prompt, and refused, in one line, for a primed one; one written now is used for both."""
+    from lm_eval_toolfid.integrations.lm_eval.fidelity_run import FidelityRun
+    from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
+    from lm_eval_toolfid.pairing.references import STOP_RULE
+
+    from .conftest import make_case
+
+    cases = {"a": make_case(id="a")}
+    path = write_reference(KEY, {"a": "ha"}, {"a": '{"name": "get_weather", "arguments": {}}'}, tmp_path)
+    assert json.loads(path.read_text())["stop_rule"] == STOP_RULE
+    settings = TaskSettings.from_metadata({"pretrained": "b", "peft": "/adapter", "reference_dir": str(tmp_path)})
+
+    def resolve(primed: bool) -> FidelityRun:
+        run = FidelityRun(settings, cases)
+        run.resolve(KEY, {"a": "ha"}, primed=primed)
+        return run
+
+    assert resolve(True).references and resolve(False).references
+    payload = json.loads(path.read_text())
+    del payload["stop_rule"]  # as written before the fix
+    path.write_text(json.dumps(payload))
+    assert resolve(False).references  # unprimed prompts were never affected
+    primed = resolve(True)
+    assert primed.references == [] and primed.provenance["pairing"].startswith("none")
+    # samples of an engine run from before: refused with the reason; of lm-eval's own HFLM: fine
+    samples = tmp_path / "samples_tool_use_fidelity_2026-01-01T00-00-00.jsonl"
+    samples.write_text(json.dumps({"doc": {"id": "a"}, "filtered_resps": ["x"], "cases_scored": {"request_hash": "ha"}})
+                       + "\n")
+    results = json.loads(_results("pretrained=b"))
+    for cfg in results["configs"].values():
+        cfg["metadata"]["toolfid"]["generation"] = {"engine": "toolfid"}
+    (tmp_path / "results_2026-01-01T00-00-00.json").write_text(json.dumps(results))
+    with pytest.raises(ToolfidError, match="before toolfid's early stop read the prompt's primer"):
+        reference_from_samples(samples, KEY, primed=True)
+    assert reference_from_samples(samples, KEY, primed=False).generations == {"a": "x"}
+    for cfg in results["configs"].values():
+        cfg["metadata"]["toolfid"]["generation"] = {"engine": "not recorded"}
+    (tmp_path / "results_2026-01-01T00-00-00.json").write_text(json.dumps(results))
+    assert reference_from_samples(samples, KEY, primed=True).generations == {"a": "x"}

@@ -89,13 +89,13 @@ def test_the_three_flows_score_every_case_alike(flows: dict) -> None:
         s = json.loads(line)
         run[s["doc"]["id"]] = s["cases_scored"]
     assert len(plain) == len(engine) == len(run) == N
-    assert toolfid_meta(flows["plain"][0])["prompt_style"] == "plain"
-    assert toolfid_meta(flows["plain"][0])["prompt_template"] == "plain-v3"
+    assert toolfid_meta(flows["plain"][0], TASK)["prompt_style"] == "plain"
+    assert toolfid_meta(flows["plain"][0], TASK)["prompt_template"] == "plain-v3"
     for cid in plain:
         assert plain[cid]["request_hash"] == engine[cid]["request_hash"] == run[cid]["request_hash"], cid
         assert _scored(plain[cid]) == _scored(engine[cid]) == _scored(run[cid]), cid
     # the engine stopped early (fewer tokens than lm-eval's generation to "\n###"), yet scored alike
-    gen = toolfid_meta(flows["engine"][0])["generation"]
+    gen = toolfid_meta(flows["engine"][0], TASK)["generation"]
     assert gen["engine"] == "toolfid" and gen["rows"] == N
 
 
@@ -108,7 +108,7 @@ def test_check_stops_finds_nothing_on_smollm2(flows: dict) -> None:
 
 def test_a_plain_lm_eval_reference_pairs_with_an_engine_adapter_run(flows: dict) -> None:
     results, samples, stderr = flows["engine-zero"]
-    meta = toolfid_meta(results)
+    meta = toolfid_meta(results, TASK)
     assert meta["pairing"].startswith("reference store"), meta["pairing"]
     assert meta["generation"]["draft_sources"] == {"reference": N}
     assert meta["summary"]["metrics"]["identical_output_rate"] == 1.0

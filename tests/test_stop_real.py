@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from .stop_property import QWEN_STYLES, SMOLLM2_STYLES, assert_property, load, run_style, spread_cases, summary
+from .stop_property import (QWEN_STYLES, SMOLLM2_STYLES, assert_property, load, run_style, same_tokens,
+                            spread_cases, summary)
 
 pytestmark = pytest.mark.slow
 SIZES = {"plain-v3": (48, 16)}
@@ -34,8 +35,12 @@ QWEN_SIZE = (12, 4)
 @pytest.fixture(scope="module")
 def smollm2_runs(smollm2: Path) -> dict[str, dict[str, Any]]:
     model, tok = load(smollm2)
-    return {name: run_style(model, tok, smollm2, style, template, spread_cases(*SIZES.get(name, (12, 4))))
+    runs = {name: run_style(model, tok, smollm2, style, template, spread_cases(*SIZES.get(name, (12, 4))))
             for name, (style, template) in SMOLLM2_STYLES.items()}
+    # issue 30: the same prompts computed whole (no shared prefixes), 16 of plain-v3's cases
+    runs["plain-v3 whole"] = run_style(model, tok, smollm2, *SMOLLM2_STYLES["plain-v3"], spread_cases(12, 4),
+                                       share_prefixes=False)
+    return runs
 
 
 @pytest.mark.parametrize("style", list(SMOLLM2_STYLES))
@@ -59,10 +64,27 @@ def test_smollm2_primed_answers_are_where_a_generation_only_rule_fails(smollm2_r
 def qwen_runs(qwen_coder: Path) -> dict[str, dict[str, Any]]:
     model, tok = load(qwen_coder)
     cases = spread_cases(*QWEN_SIZE)
-    return {name: run_style(model, tok, qwen_coder, style, template, cases)
+    runs = {name: run_style(model, tok, qwen_coder, style, template, cases)
             for name, (style, template) in QWEN_STYLES.items()}
+    runs["chat whole"] = run_style(model, tok, qwen_coder, *QWEN_STYLES["chat"], cases, share_prefixes=False)
+    return runs
 
 
 @pytest.mark.parametrize("style", list(QWEN_STYLES))
 def test_qwen_early_stop_never_changes_a_scored_answer(qwen_runs: dict, style: str) -> None:
     assert_property(qwen_runs[style], f"Qwen2.5-Coder {style}")
+
+
+@pytest.mark.parametrize("model,shared,whole", [("smollm2", "plain-v3", "plain-v3 whole"), ("qwen", "chat", "chat whole")])
+def test_shared_prefixes_give_the_tokens_of_whole_prompts(request: pytest.FixtureRequest, model: str, shared: str,
+                                                          whole: str) -> None:
+    """Issue 30: prompt prefixes that cases share, computed once per view, against every prompt computed whole:
+    token for token the same generations (a difference only at a counted near tie), fewer prompt tokens
+    computed. SmolLM2 under its primed plain-v3 prompt, Qwen under its chat template; conversations included."""
+    runs = request.getfixturevalue(f"{model}_runs")
+    compared, differ = same_tokens(runs[shared], runs[whole])
+    print(f"{model} {shared}: {compared} cases, {differ} differ at a near tie")
+    assert compared == 16
+    stats, whole_stats = runs[shared]["stats"], runs[whole]["stats"]
+    assert whole_stats.shared_tokens == 0 and stats.shared_tokens > 0
+    assert stats.prompt_tokens < stats.prompt_tokens_total

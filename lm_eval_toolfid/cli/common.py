@@ -43,6 +43,8 @@ def metadata_from_args(args: argparse.Namespace) -> dict[str, Any]:
             meta[key] = value
     if getattr(args, "no_verify", None):
         meta["verify"] = False
+    if getattr(args, "no_prefix_cache", None):
+        meta["prefix_cache"] = False
     return meta
 
 
@@ -85,6 +87,9 @@ def add_model_options(p: argparse.ArgumentParser, batch_default: int | str | Non
     p.add_argument("--no-verify", dest="no_verify", action="store_const", const=True, default=None,
                    help="decode every adapter view token by token instead of verifying the base's answers in one "
                         "forward pass (same outputs; metadata key verify: false)")
+    p.add_argument("--no-prefix-cache", dest="no_prefix_cache", action="store_const", const=True, default=None,
+                   help="compute every prompt whole instead of computing the prefixes cases share once per view (same "
+                        "outputs, near ties counted; metadata key prefix_cache: false)")
     p.add_argument("--device", help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--dtype", help="model dtype, e.g. float32, bfloat16, float16 (default: the model's own)")
 

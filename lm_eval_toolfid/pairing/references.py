@@ -23,6 +23,18 @@ log = logging.getLogger("lm_eval.toolfid")
 
 
 REFERENCE_FORMAT = "toolfid-reference/2"
+STOP_RULE = "settled-answer/1"
+"""The early stop that wrote a run's generations: rows end once the answer the scorer reads (the prompt's
+primer + the generation) is settled. Runs before it (issue 28) fed the stop rule the generation alone, so
+under a primed prompt (plain-v3) their answers could be cut one brace short: such a reference or samples
+file is refused for a primed prompt (:func:`stale_under_primer`)."""
+
+
+def stale_under_primer(source: str, stop_rule: Any) -> str:
+    """The one line that refuses a base run written before :data:`STOP_RULE` for a primed prompt."""
+    return (f"base run {source} was written before toolfid's early stop read the prompt's primer (issue 28): under "
+            "this primed prompt (plain-v3) its answers may be cut one brace short; re-run the base")
+
 
 def reference_dir(metadata: dict[str, Any] | None = None) -> Path:
     explicit = (metadata or {}).get("reference_dir")
@@ -39,6 +51,8 @@ class Reference:
     source: str
     subset: bool = False
     truncated: set[str] = field(default_factory=set)
+    stop_rule: str | None = None
+    """The early stop that wrote it (:data:`STOP_RULE`; None: written before it was recorded)."""
 
     def mismatch(self, prompt_hashes: dict[str, str]) -> str | None:
         """Why this reference cannot serve these cases (ids → request hashes), or None."""
@@ -66,6 +80,7 @@ def write_reference(key: RunKey, prompt_hashes: dict[str, str], generations: dic
         "format": REFERENCE_FORMAT,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "key": key.as_dict(),
+        "stop_rule": STOP_RULE,
         "subset": not full,
         "cases": {cid: {"prompt_hash": prompt_hashes[cid], "generation": generations[cid],
                         **({"truncated": True} if cid in (truncated or set()) else {})}
@@ -95,6 +110,7 @@ def read_reference(path: Path) -> Reference:
         generations={cid: c["generation"] for cid, c in cases.items()},
         source=str(path), subset=bool(payload.get("subset")),
         truncated={cid for cid, c in cases.items() if c.get("truncated")},
+        stop_rule=payload.get("stop_rule") if isinstance(payload.get("stop_rule"), str) else None,
     )
 
 

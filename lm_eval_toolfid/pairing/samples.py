@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.pairing.identity import RunKey, adapter_of
-from lm_eval_toolfid.pairing.references import Reference
+from lm_eval_toolfid.pairing.references import STOP_RULE, Reference, stale_under_primer
 from lm_eval_toolfid.prompts.plain import restore_primer
 
 log = logging.getLogger("lm_eval.toolfid")
@@ -71,11 +71,14 @@ def sample_prompt(sample: dict[str, Any]) -> str | None:
     return None
 
 
-def reference_from_samples(path: str | Path, key: RunKey | None, task_names: tuple[str, ...] = ()) -> Reference:
+def reference_from_samples(path: str | Path, key: RunKey | None, task_names: tuple[str, ...] = (),
+                           primed: bool = False) -> Reference:
     """A reference from an lm-eval ``--log_samples`` file of a base run of this task.
 
     The samples' results file must sit beside them: it proves the run was a base run (no adapter in
     its model args) of the same base, case set, prompt and generation settings (its recorded run key).
+    ``primed``: the prompt writes the start of the answer; a run whose generations toolfid's early stop cut
+    before it read the primer (no :data:`STOP_RULE` recorded) is refused.
     """
     samples_path = Path(path).expanduser()
     if not samples_path.is_file():
@@ -91,11 +94,16 @@ def reference_from_samples(path: str | Path, key: RunKey | None, task_names: tup
         raise ToolfidError(f"base_samples {samples_path} come from an adapter run ({adapter_of(model_args)[1]}); "
                            "need a base run")
     recorded = None
+    provenance: dict[str, Any] = {}
     for name, cfg in (results.get("configs") or {}).items():
         if not task_names or name in task_names or name.startswith("tool_use_fidelity"):
-            recorded = ((cfg or {}).get("metadata") or {}).get("toolfid", {}).get("run_key")
+            provenance = ((cfg or {}).get("metadata") or {}).get("toolfid", {}) or {}
+            recorded = provenance.get("run_key")
             if recorded:
                 break
+    engine = (provenance.get("generation") or {}).get("engine")
+    if primed and engine in ("toolfid", "generate", "mixed") and provenance.get("stop_rule") != STOP_RULE:
+        raise ToolfidError(stale_under_primer(str(samples_path), provenance.get("stop_rule")))
     if key is not None:
         if not recorded:
             raise ToolfidError(f"base_samples {samples_path}: {results_path.name} records no toolfid run key "
@@ -113,4 +121,5 @@ def reference_from_samples(path: str | Path, key: RunKey | None, task_names: tup
     if not generations:
         raise ToolfidError(f"base_samples {samples_path} holds no samples")
     return Reference(key=recorded or {}, prompt_hashes=prompt_hashes, generations=generations,
-                     source=str(samples_path), subset=True)
+                     source=str(samples_path), subset=True, stop_rule=provenance.get("stop_rule") or (
+                         STOP_RULE if engine not in ("toolfid", "generate", "mixed") else None))

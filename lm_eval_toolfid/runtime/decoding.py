@@ -13,13 +13,19 @@ argmax; a draft only decides how many of them are computed in one parallel forwa
   row's next token and the row continues by decode steps from the cache of the accepted prefix. A
   row whose whole answer is accepted up to its stop never decodes.
 
-Scheduling (what "batched" means here): rows are taken longest first; prompts (and drafts) are
-processed in forward passes of at most ``prefill_tokens`` padded tokens, rows of similar length
-together; rows still generating join one decode batch of at most ``max_batch`` rows (left padding,
-explicit attention mask and position ids); a row that stops leaves the batch at once and waiting
-rows are admitted in its place (continuous batching). The lm_head runs only where a next token is
-read (``logits_to_keep``). The KV cache lives in preallocated buffers (:class:`SlotCache`), so a
-decode step appends in place instead of copying the cache.
+Scheduling (what "batched" means here): prompts that rows share are computed once per view
+(:mod:`lm_eval_toolfid.runtime.prefix_cache`: the branch points of the prompts' token trie, each computed on
+top of its nearest shared ancestor; ``share_prefixes``), and each row's prompt pass computes only the rest of
+its prompt on its shared prefix's KV; rows are then admitted sorted by prompt, so the rows of a prefix come
+together and its KV is dropped once they have all had their pass (without shared prefixes: longest first).
+Prompts (and drafts) are processed in forward passes of at most ``prefill_tokens`` padded tokens, rows of
+similar length together; rows still generating join one decode batch of at most ``max_batch`` rows (left
+padding, explicit attention mask and position ids); a row that stops leaves the batch at once and waiting
+rows are admitted in its place (continuous batching). The lm_head runs only where a next token is read
+(``logits_to_keep``). The decode batch's KV cache lives in preallocated per-layer buffers of fixed capacity
+(slots × heads × columns × dim, :class:`SlotCache`): a decode step appends in place and runs on a view of
+the live slots; a finished row's slot is taken by the last live row (one row copied, not the batch), and
+columns no live row uses are dropped only once they are a quarter of the buffer.
 
 Numerics: a verified token is read from a parallel pass over the draft, a decoded one from a
 single-token step; the two differ by floating-point rounding, which can flip an argmax only where
@@ -83,6 +89,11 @@ class RowResult:
     first token always comes from the prompt pass, as in plain decoding)."""
     near_ties: int = 0
     """Verified tokens whose top-two logit gap was below the engine's ``near_tie``."""
+    shared: int = 0
+    """Prompt tokens this row did not compute: its prompt started from a shared prefix's KV."""
+    shared_near_ties: int = 0
+    """Tokens of a row on a shared prefix (not verified ones) whose top-two gap was below ``near_tie``: the
+    prefix's KV came from another pass than plain decoding's, so such a token could be picked otherwise."""
     gaps: list[float] = field(default_factory=list)
     """Top-two logit gap of every emitted token (only with ``record_gaps``)."""
 
@@ -111,6 +122,13 @@ class EngineStats:
     """Positions the lm_head ran on."""
     step_rows: list[int] = field(default_factory=list)
     """Rows in each decode step."""
+    prompt_tokens_total: int = 0
+    """Prompt tokens of every row (what the prompt passes compute without shared prefixes)."""
+    shared_tokens: int = 0
+    """Prompt tokens not computed: rows started from a shared prefix computed once."""
+    prefix_nodes: int = 0
+    prefix_peak_tokens: int = 0
+    """Most shared-prefix tokens whose KV was held at once."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +147,10 @@ class EngineConfig:
     record_gaps: bool = False
     refill: int = 0
     """Admit waiting rows once this many decode slots are free (0: max_batch // 8, at least 1)."""
+    share_prefixes: bool = True
+    """Compute prompt prefixes that rows share once per view (:mod:`lm_eval_toolfid.runtime.prefix_cache`)."""
+    min_shared: int = 16
+    """Shortest shared prefix worth a pass of its own."""
 
 
 class EngineUnsupported(Exception):
@@ -252,16 +274,29 @@ class GreedyEngine:
         for i, row in enumerate(rows):
             if row.max_new <= 0 or not row.prompt:
                 results[i] = RowResult(draft_len=len(row.draft), finish="length")
-        order = sorted((i for i in range(len(rows)) if results[i] is None),
-                       key=lambda i: -(len(rows[i].prompt) + len(rows[i].draft)))
+        todo = [i for i in range(len(rows)) if results[i] is None]
+        self.stats.prompt_tokens_total += sum(len(rows[i].prompt) for i in todo)
+        plan = None
+        if self.config.share_prefixes and len(todo) > 1:
+            from lm_eval_toolfid.runtime.prefix_cache import PrefixPlan
+
+            plan = PrefixPlan.build([r.prompt for r in rows], todo, self.config.min_shared)
+            if not plan.nodes:
+                plan = None
+        if plan is not None:  # sorted by prompt: the rows of a shared prefix are admitted together
+            order = plan.order
+            self.stats.prefix_nodes += len(plan.nodes)
+        else:
+            order = sorted(todo, key=lambda i: -(len(rows[i].prompt) + len(rows[i].draft)))
         waiting = deque(order)
-        batch = _Batch(self)
+        batch = _Batch(self, plan)
         refill = self.config.refill or max(1, self.config.max_batch // 8)
         with self.torch.inference_mode(), self.autocast():
             while waiting or batch.rows:
                 free = self.config.max_batch - len(batch.rows)
                 if waiting and (not batch.rows or free >= min(refill, len(waiting))):
                     take = [waiting.popleft() for _ in range(min(free, len(waiting)))]
+                    batch.waiting = len(waiting)
                     finished = batch.admit([(i, rows[i]) for i in take])
                 else:
                     finished = batch.step(rows)
@@ -269,6 +304,8 @@ class GreedyEngine:
                     results[done.index] = done.result
                     if on_done is not None:
                         on_done(done.index, done.result)
+        if batch.prefixes is not None:
+            self.stats.prefix_peak_tokens = max(self.stats.prefix_peak_tokens, batch.prefixes.peak_tokens)
         return [r if r is not None else RowResult() for r in results]
 
     # -- helpers used by _Batch ----------------------------------------------------------------
@@ -324,26 +361,53 @@ def _emit(res: RowResult, row: Row, token: int, gap: float, record: bool) -> boo
     return over is not None
 
 
+def _copy_spans(k: Any, v: Any, j: int, first: int, layer: Any, r: int, spans: list[tuple[int, int]]) -> None:
+    """Row ``r``'s KV pieces (``spans`` of ``layer``'s buffers, in order) into row ``j`` of ``k``/``v``, one
+    after another from column ``first``."""
+    col = first
+    for a, n in spans:
+        k[j, :, col:col + n] = layer.kbuf[r, :, a:a + n]
+        v[j, :, col:col + n] = layer.vbuf[r, :, a:a + n]
+        col += n
+
+
 class _Batch:
     """The decode batch: live rows and their KV cache, right-aligned at column ``T`` (left padding)."""
 
-    def __init__(self, engine: GreedyEngine) -> None:
+    def __init__(self, engine: GreedyEngine, plan: Any = None) -> None:
         self.e = engine
         self.torch = engine.torch
         self.rows: list[_Live] = []
+        """Live rows; row b's cache is slot b of the buffers."""
         self.T = 0
-        self.mask: Any = None  # [B, capacity] long
-        self.layers: list[Any] = []
+        self.mask: Any = None  # [slots, capacity] long
+        self.kv: list[tuple[Any, Any]] = []
+        """Per layer: keys and values, ``[slots, heads, capacity, dim]``, every live row ending at column ``T``."""
+        self.cap = 0
+        self.waiting = 0
+        """Rows not yet admitted (set by the engine: how many slots a new buffer should have)."""
+        self.plan = plan
+        self.prefixes: Any = None
+        if plan is not None:
+            from lm_eval_toolfid.runtime.prefix_cache import PrefixStore
+
+            self.prefixes = PrefixStore(plan)
 
     # -- admission: prompt (+ draft) forward passes --------------------------------------------
 
     def admit(self, rows: list[tuple[int, Row]]) -> list[_Live]:
-        """Prompt passes for ``rows`` (groups of like length), then draft passes for every row whose first
-        token matched its draft (all of them together), then the survivors join the decode batch."""
+        """Prompt passes for ``rows`` (groups of like length; a row whose prompt starts with a shared prefix
+        computes only the rest, on the prefix's KV), then draft passes for every row whose first token
+        matched its draft (all of them together), then the survivors join the decode batch."""
         finished: list[_Live] = []
-        joining: list[tuple[_Live, Any, int, int]] = []  # live row, layers, row in them, first column
-        drafting: list[tuple[_Live, Row, Any, int, int]] = []
-        for group in self._groups(rows):
+        joining: list[tuple[_Live, Any, int, list[tuple[int, int]]]] = []  # live row, layers, row in them, spans
+        drafting: list[tuple[_Live, Row, Any, int, list[tuple[int, int]]]] = []
+        items = [(i, row, self.plan.row_node[i] if self.plan is not None else None) for i, row in rows]
+        if self.plan is not None:
+            self._compute_nodes({node for _, _, node in items if node is not None})
+            # longest suffix first (the order without shared prefixes is longest prompt first already)
+            items.sort(key=lambda it: -(len(it[1].prompt) - self.plan.depth(it[2])))
+        for group in self._groups(items, lambda it: len(it[1].prompt) - self._depth(it[2])):
             self._prompt_pass(group, finished, joining, drafting)
         if drafting:
             self._draft_passes(drafting, finished, joining)
@@ -351,45 +415,122 @@ class _Batch:
             self._merge(joining)
         return finished
 
-    def _groups(self, rows: list[tuple[int, Row]]) -> Iterator[list[tuple[int, Row]]]:
-        """Consecutive rows (longest first) per prompt pass: at most ``prefill_tokens`` padded tokens,
-        and at most ``max_padding`` of them padding."""
+    def _depth(self, node: int | None) -> int:
+        return self.plan.depth(node) if self.plan is not None else 0
+
+    def _groups(self, items: list[Any], length: Callable[[Any], int]) -> Iterator[list[Any]]:
+        """Consecutive items (longest first) per pass: at most ``prefill_tokens`` padded tokens, and at most
+        ``max_padding`` of them padding."""
         budget, share = self.e.config.prefill_tokens, self.e.config.max_padding
-        group: list[tuple[int, Row]] = []
+        group: list[Any] = []
         longest = real = 0
-        for item in rows:  # already longest first
-            length = len(item[1].prompt)
-            top = max(longest, length)
+        for item in items:  # already longest first
+            n = length(item)
+            top = max(longest, n)
             padded = top * (len(group) + 1)
-            if group and (padded > budget or padded - real - length > share * padded):
+            if group and (padded > budget or padded - real - n > share * padded):
                 yield group
-                group, longest, real, top = [], 0, 0, length
+                group, longest, real, top = [], 0, 0, n
             group.append(item)
-            longest, real = top, real + length
+            longest, real = top, real + n
         if group:
             yield group
 
-    def _prompt_pass(self, group: list[tuple[int, Row]], finished: list[_Live],
-                     joining: list[tuple[_Live, Any, int, int]], drafting: list[tuple[_Live, Row, Any, int, int]]) -> None:
-        """The group's prompts in one pass — exactly the plain path's prompt pass, so every row's first
-        token is plain decoding's. Rows go to ``finished``, ``joining`` (decode from here) or ``drafting``
-        (the first token matched the draft: check the rest), with where their cache is."""
+    def _pass(self, entries: list[tuple[Any, int, Sequence[int]]], keep: int = 1) -> tuple[Any, Any, list[Any]]:
+        """One forward pass of ``entries`` — (prefix KV per layer or None, its length, the tokens to compute
+        after it) — in one batch: each prefix right-aligned at column P (left padding), the tokens after it
+        left-padded to width S, explicit mask and positions. Without prefixes this is exactly the plain
+        prompt pass. Returns (logits of the last ``keep`` columns, the cache layers, each entry's spans:
+        ``(first column, length)`` pieces of its KV in order)."""
         torch, e = self.torch, self.e
-        L = max(len(row.prompt) for _, row in group)
-        ids = torch.full((len(group), L), e.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(group), L), dtype=torch.long)
-        for r, (_, row) in enumerate(group):
-            ids[r, L - len(row.prompt):] = torch.tensor(list(row.prompt), dtype=torch.long)
-            mask[r, L - len(row.prompt):] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = e.SlotCache([e.SlotLayer(L) for _ in range(e.n_layers)])
-        logits = e.forward(ids.to(e.device), mask.to(e.device), positions.to(e.device), cache, 1)
-        best, gaps = e.pick(logits, with_gaps=e.config.record_gaps)
+        P = max(p for _, p, _ in entries)
+        S = max(len(t) for *_, t in entries)
+        B = len(entries)
+        ids = torch.full((B, S), e.pad_id, dtype=torch.long)
+        mask = torch.zeros((B, P + S), dtype=torch.long)
+        positions = torch.zeros((B, S), dtype=torch.long)
+        spans: list[list[tuple[int, int]]] = []
+        for r, (_, p, tokens) in enumerate(entries):
+            n = len(tokens)
+            ids[r, S - n:] = torch.tensor(list(tokens), dtype=torch.long)
+            mask[r, P - p:P] = 1
+            mask[r, P + S - n:] = 1
+            positions[r, S - n:] = torch.arange(p, p + n)
+            spans.append(([(P - p, p)] if p else []) + [(P + S - n, n)])
+        if P == 0:
+            cache = e.SlotCache([e.SlotLayer(S) for _ in range(e.n_layers)])
+        else:
+            ref = next(kv for kv, p, _ in entries if p)
+            layers = []
+            for li in range(e.n_layers):
+                k0, v0 = ref[li]
+                k = k0.new_zeros(B, k0.shape[1], P + S, k0.shape[3])
+                v = v0.new_zeros(B, v0.shape[1], P + S, v0.shape[3])
+                for r, (kv, p, _) in enumerate(entries):
+                    if p:
+                        k[r, :, P - p:P] = kv[li][0][0]
+                        v[r, :, P - p:P] = kv[li][1][0]
+                layers.append(e.SlotLayer(P + S, k, v, length=P))
+            cache = e.SlotCache(layers)
+        logits = e.forward(ids.to(e.device), mask.to(e.device), positions.to(e.device), cache, keep)
+        return logits, cache.layers, spans
+
+    def _compute_nodes(self, needed: set[int]) -> None:
+        """The shared prefixes these rows start from (and their ancestors), each computed once, on top of its
+        nearest computed ancestor: nodes whose parent is ready go together, in length-matched passes."""
+        plan, store = self.plan, self.prefixes
+        todo: list[int] = []
+        for node in sorted(needed):  # the node and its ancestors up to the first one already computed
+            chain: list[int] = []
+            while node is not None and node not in store:
+                chain.append(node)
+                node = plan.nodes[node].parent
+            todo += chain[::-1]
+        todo = list(dict.fromkeys(todo))
+        while todo:
+            ready = [n for n in todo if plan.nodes[n].parent is None or plan.nodes[n].parent in store]
+            ready.sort(key=lambda n: -(plan.nodes[n].depth - plan.depth(plan.nodes[n].parent)))
+            for group in self._groups(ready, lambda n: plan.nodes[n].depth - plan.depth(plan.nodes[n].parent)):
+                entries = []
+                for n in group:
+                    node = plan.nodes[n]
+                    parent = node.parent
+                    prompt = self._prompt_of(node.row)
+                    p = plan.depth(parent)
+                    entries.append((store.get(parent) if parent is not None else None, p, prompt[p:node.depth]))
+                _, layers, spans = self._pass(entries)
+                for r, n in enumerate(group):
+                    store.put(n, [(self._gather(layer.kbuf, r, spans[r]), self._gather(layer.vbuf, r, spans[r]))
+                                  for layer in layers])
+            todo = [n for n in todo if n not in store]
+
+    def _prompt_of(self, index: int) -> Sequence[int]:
+        return self.plan.prompts[index]
+
+    def _gather(self, buf: Any, r: int, spans: list[tuple[int, int]]) -> Any:
+        parts = [buf[r:r + 1, :, a:a + n] for a, n in spans]
+        return parts[0].clone() if len(parts) == 1 else self.torch.cat(parts, dim=2)
+
+    def _prompt_pass(self, group: list[tuple[int, Row, int | None]], finished: list[_Live],
+                     joining: list[tuple[_Live, Any, int, list[tuple[int, int]]]],
+                     drafting: list[tuple[_Live, Row, Any, int, list[tuple[int, int]]]]) -> None:
+        """The group's prompts in one pass — exactly the plain path's prompt pass, so every row's first
+        token is plain decoding's (a row on a shared prefix computes only the rest of its prompt, on the
+        prefix's KV). Rows go to ``finished``, ``joining`` (decode from here) or ``drafting`` (the first
+        token matched the draft: check the rest), with where their cache is."""
+        e, store = self.e, self.prefixes
+        entries = []
+        for _, row, node in group:
+            p = self._depth(node)
+            entries.append((store.get(node) if node is not None else None, p, row.prompt[p:]))
+        logits, layers, spans = self._pass(entries)
+        shared = any(node is not None for *_, node in group)
+        best, gaps = e.pick(logits, with_gaps=e.config.record_gaps or shared)
         del logits
-        for r, (i, row) in enumerate(group):
-            live = _Live(index=i, result=RowResult(draft_len=len(row.draft)), max_new=row.max_new)
+        for r, (i, row, node) in enumerate(group):
+            live = _Live(index=i, result=RowResult(draft_len=len(row.draft), shared=self._depth(node)), max_new=row.max_new)
             state = self._verify(live, row, [(best[r][0], gaps[r][0] if gaps else 0.0)], verified=False)
-            where = (cache.layers, r, L - len(row.prompt))
+            where = (layers, r, spans[r])
             if state == "done":
                 finished.append(live)
             elif state == "more":
@@ -397,9 +538,12 @@ class _Batch:
             else:
                 live.length = len(row.prompt)
                 joining.append((live, *where))
+            if node is not None:
+                e.stats.shared_tokens += self._depth(node)
+                store.release(node)
 
-    def _draft_passes(self, drafting: list[tuple[_Live, Row, Any, int, int]], finished: list[_Live],
-                      joining: list[tuple[_Live, Any, int, int]]) -> None:
+    def _draft_passes(self, drafting: list[tuple[_Live, Row, Any, int, list[tuple[int, int]]]], finished: list[_Live],
+                      joining: list[tuple[_Live, Any, int, list[tuple[int, int]]]]) -> None:
         """The drafts of every row whose tokens have all matched so far, a chunk per pass (a first
         ``first_chunk`` probe, then the rest within the logits budget), on one cache that holds each
         row's prompt right-aligned (copied from its prompt pass)."""
@@ -413,10 +557,8 @@ class _Batch:
             src = drafting[0][2][li]
             k = src.kbuf.new_zeros(len(rows), src.kbuf.shape[1], cap, src.kbuf.shape[3])
             v = src.vbuf.new_zeros(len(rows), src.vbuf.shape[1], cap, src.vbuf.shape[3])
-            for j, (_, row, group_layers, r, start) in enumerate(drafting):
-                n = len(row.prompt)
-                k[j, :, T - n:T] = group_layers[li].kbuf[r, :, start:start + n]
-                v[j, :, T - n:T] = group_layers[li].vbuf[r, :, start:start + n]
+            for j, (_, row, group_layers, r, spans) in enumerate(drafting):
+                _copy_spans(k, v, j, T - len(row.prompt), group_layers[li], r, spans)
             layers.append(e.SlotLayer(cap, k, v, length=T))
         mask = torch.zeros((len(rows), T), dtype=torch.long)
         for j, row in enumerate(rows):
@@ -458,7 +600,7 @@ class _Batch:
                     again.append(r)
                 else:
                     live.length = len(row.prompt) + live.result.accepted
-                    joining.append((live, layers, j, starts[r]))
+                    joining.append((live, layers, j, [(starts[r], live.length)]))
 
     def _chunk(self, rows: int) -> int:
         """Draft tokens per verification pass after the first: logits stay within ``verify_logits``."""
@@ -487,6 +629,8 @@ class _Batch:
                 res.verified += 1
                 if gap < tol:
                     res.near_ties += 1
+            elif res.shared and gap < tol:  # computed on a shared prefix's KV
+                res.shared_near_ties += 1
             if _emit(res, row, token, gap, record):
                 return "done"
             if res.accepted < len(res.tokens):  # diverged here: this token is the model's own choice
@@ -498,78 +642,105 @@ class _Batch:
 
     # -- the decode batch --------------------------------------------------------------------
 
-    def _merge(self, joining: list[tuple[_Live, Any, int, int]]) -> None:
-        """Copy the live rows and the joining rows into new right-aligned buffers sized for the rest."""
+    def _merge(self, joining: list[tuple[_Live, Any, int, list[tuple[int, int]]]]) -> None:
+        """Put the joining rows into free slots of the decode buffers, right-aligned at column ``T``.
+
+        The buffers (``[slots, heads, capacity, dim]`` per layer) are reused while the rows fit: enough free
+        slots, and room for every row's remaining budget. Otherwise (or when a joining row is longer than
+        ``T``) they are allocated again, the live rows copied in: once per admission at most, never per step."""
         torch, e = self.torch, self.e
         lengths = [live.length for live, *_ in joining]
+        n, m = len(self.rows), len(joining)
         T = max([self.T, *lengths])
-        old = len(self.rows)
-        # each row appends at most (budget - emitted) more columns: no buffer ever grows
-        cap = T + max(live.max_new - len(live.result.tokens) for live in [*self.rows, *(j[0] for j in joining)]) + 1
-        B = old + len(joining)
-        new_layers = []
-        for li in range(e.n_layers):
-            src = joining[0][1][li]
-            k = src.kbuf.new_zeros(B, src.kbuf.shape[1], cap, src.kbuf.shape[3])
-            v = src.vbuf.new_zeros(B, src.vbuf.shape[1], cap, src.vbuf.shape[3])
-            if old:
-                k[:old, :, T - self.T:T] = self.layers[li].kbuf[:, :, :self.T]
-                v[:old, :, T - self.T:T] = self.layers[li].vbuf[:, :, :self.T]
-            for j, (live, layers, r, start) in enumerate(joining):
-                n = live.length
-                k[old + j, :, T - n:T] = layers[li].kbuf[r, :, start:start + n]
-                v[old + j, :, T - n:T] = layers[li].vbuf[r, :, start:start + n]
-            new_layers.append(e.SlotLayer(cap, k, v, length=T))
-        mask = torch.zeros((B, cap), dtype=torch.long)
-        if old:
-            mask[:old, T - self.T:T] = self.mask[:, :self.T]
-        for j, n in enumerate(lengths):
-            mask[old + j, T - n:T] = 1
-        self.layers, self.mask, self.T = new_layers, mask, T
+        # each row appends at most (budget - emitted) more columns
+        need = max(live.max_new - len(live.result.tokens) for live in [*self.rows, *(j[0] for j in joining)]) + 1
+        fits = bool(self.kv) and n + m <= self.kv[0][0].shape[0] and T + need <= self.cap
+        if fits and T > self.T and n:  # a longer row joins: the live rows move right, in place
+            shift = T - self.T
+            for k, v in self.kv:
+                k[:n, :, shift:T] = k[:n, :, :self.T].clone()
+                v[:n, :, shift:T] = v[:n, :, :self.T].clone()
+            self.mask[:n, shift:T] = self.mask[:n, :self.T].clone()
+            self.mask[:n, :shift] = 0
+        elif not fits:
+            src = joining[0][1][0]
+            slots = max(n + m, min(e.config.max_batch, n + m + self.waiting))
+            cap = T + need + T // 4  # room for rows that join later without moving the others
+            kv = []
+            for li in range(e.n_layers):
+                k = src.kbuf.new_zeros(slots, src.kbuf.shape[1], cap, src.kbuf.shape[3])
+                v = src.vbuf.new_zeros(slots, src.vbuf.shape[1], cap, src.vbuf.shape[3])
+                if n:
+                    k[:n, :, T - self.T:T] = self.kv[li][0][:n, :, :self.T]
+                    v[:n, :, T - self.T:T] = self.kv[li][1][:n, :, :self.T]
+                kv.append((k, v))
+            mask = torch.zeros((slots, cap), dtype=torch.long)
+            if n:
+                mask[:n, T - self.T:T] = self.mask[:n, :self.T]
+            self.kv, self.mask, self.cap = kv, mask, cap
+        for li, (k, v) in enumerate(self.kv):
+            for j, (live, layers, r, spans) in enumerate(joining):
+                _copy_spans(k, v, n + j, T - live.length, layers[li], r, spans)
+        for j, length in enumerate(lengths):
+            self.mask[n + j] = 0
+            self.mask[n + j, T - length:T] = 1
+        self.T = T
         self.rows.extend(live for live, *_ in joining)
 
     def step(self, rows: Sequence[Row]) -> list[_Live]:
-        """One decode step for every live row; rows that stop leave the batch."""
+        """One decode step for every live row (slots ``0..n-1`` of the buffers: views, no copy); rows that
+        stop leave their slot to the last live row."""
         torch, e = self.torch, self.e
-        T = self.T
+        T, n = self.T, len(self.rows)
         ids = torch.tensor([[live.pending] for live in self.rows], dtype=torch.long)
         positions = torch.tensor([[len(rows[live.index].prompt) + len(live.result.tokens) - 1]
                                   for live in self.rows], dtype=torch.long)
-        self.mask[:, T] = 1
-        cache = e.SlotCache(self.layers)
-        logits = e.forward(ids.to(e.device), self.mask[:, :T + 1].to(e.device), positions.to(e.device), cache, 1,
+        self.mask[:n, T] = 1
+        cache = e.SlotCache([e.SlotLayer(self.cap, k[:n], v[:n], length=T) for k, v in self.kv])
+        logits = e.forward(ids.to(e.device), self.mask[:n, :T + 1].to(e.device), positions.to(e.device), cache, 1,
                            step=True)
         self.T = T + 1
         record = e.config.record_gaps
-        best, gaps = e.pick(logits, with_gaps=record)
-        finished, keep = [], []
+        best, gaps = e.pick(logits, with_gaps=record or any(live.result.shared for live in self.rows))
+        finished, done = [], []
+        tol = e.config.near_tie
         for b, live in enumerate(self.rows):
             token = best[b][0]
             live.length += 1
-            if _emit(live.result, rows[live.index], token, gaps[b][0] if record else 0.0, record):
+            if live.result.shared and gaps[b][0] < tol:
+                live.result.shared_near_ties += 1
+            if _emit(live.result, rows[live.index], token, gaps[b][0] if gaps else 0.0, record):
                 finished.append(live)
+                done.append(b)
             else:
                 live.pending = token
-                keep.append(b)
-        if finished:
-            self._compact(keep)
+        if done:
+            self._release(done)
         return finished
 
-    def _compact(self, keep: list[int]) -> None:
-        """Drop finished rows (and columns no remaining row uses)."""
-        torch = self.torch
-        self.rows = [self.rows[b] for b in keep]
-        if not keep:
-            self.layers, self.mask, self.T = [], None, 0
+    def _release(self, done: list[int]) -> None:
+        """Free the slots of finished rows: the last live row moves into each (one row copied, not the
+        batch); columns no live row uses are dropped only once they are a quarter of the buffer."""
+        T = self.T
+        for b in sorted(done, reverse=True):
+            last = len(self.rows) - 1
+            if b != last:
+                first = T - self.rows[last].length
+                for k, v in self.kv:
+                    k[b, :, first:T] = k[last, :, first:T]
+                    v[b, :, first:T] = v[last, :, first:T]
+                self.mask[b] = self.mask[last]
+                self.rows[b] = self.rows[last]
+            self.rows.pop()
+        n = len(self.rows)
+        if not n:
+            self.T = 0
             return
-        first = self.T - max(live.length for live in self.rows)
-        sel = torch.tensor(keep, dtype=torch.long)
-        dsel = sel.to(self.e.device)
-        layers = []
-        for layer in self.layers:
-            k = layer.kbuf.index_select(0, dsel)[:, :, first:].contiguous()
-            v = layer.vbuf.index_select(0, dsel)[:, :, first:].contiguous()
-            layers.append(self.e.SlotLayer(layer.capacity - first, k, v, length=self.T - first))
-        self.layers = layers
-        self.mask = self.mask.index_select(0, sel)[:, first:].contiguous()
-        self.T -= first
+        first = T - max(live.length for live in self.rows)
+        if first > max(64, T // 4):
+            for k, v in self.kv:
+                k[:n, :, :T - first] = k[:n, :, first:T].clone()
+                v[:n, :, :T - first] = v[:n, :, first:T].clone()
+            self.mask[:n, :T - first] = self.mask[:n, first:T].clone()
+            self.mask[:n, T - first:] = 0
+            self.T = T - first

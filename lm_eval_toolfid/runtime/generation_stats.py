@@ -14,6 +14,10 @@ them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.ge
   argmax confirmed; ``rows_answered_by_verification``: cases that needed no decode step at all;
 - ``near_tie_tokens`` / ``near_tie_cases``: verified tokens whose top-two logit gap was below
   ``near_tie_tolerance`` (where parallel and step-by-step rounding could pick differently);
+- ``prompt_tokens`` / ``prompt_tokens_shared``: the view's prompt tokens, and those not computed because
+  the rows' prompts started from a prefix shared with other rows, computed once
+  (:mod:`lm_eval_toolfid.runtime.prefix_cache`); ``prefix_near_tie_tokens`` / ``prefix_near_tie_cases``:
+  tokens of such rows at a near tie (the prefix's KV came from another pass than an unshared prompt's);
 - ``decode_batch`` and ``oom_halvings``: the batch that ran, and how often it was halved for memory.
 """
 
@@ -53,6 +57,10 @@ def summarize_generation(infos: Iterable[Any], verify: bool = True) -> dict[str,
             near_tie_tolerance=NEAR_TIE,
             near_tie_tokens=sum(r.get("near_ties", 0) for r in drafted),
             near_tie_cases=sum(1 for r in drafted if r.get("near_ties")),
+            prompt_tokens=sum(r.get("prompt_tokens", 0) for r in ours),
+            prompt_tokens_shared=sum(r.get("prompt_tokens_shared", 0) for r in ours),
+            prefix_near_tie_tokens=sum(r.get("shared_near_ties", 0) for r in ours),
+            prefix_near_tie_cases=sum(1 for r in ours if r.get("shared_near_ties")),
             decode_batch=max(r.get("decode_batch", 0) for r in ours),
             oom_halvings=max(r.get("oom_halvings", 0) for r in ours),
         )

@@ -86,7 +86,9 @@ class _Plan:
     prefix: str = ""
     """What the scorer puts in front of the generation (plain-v3's primer): the stop rule reads it too."""
     check: bool = False
-    """Decode this row a second time without stopping early (``check_stops``)."""
+    """Let this row run on past its early stop (``check_stops``)."""
+    prefix_cache: bool = True
+    """Its prompt may start from a prefix shared with other rows, computed once (metadata ``prefix_cache``)."""
 
 
 def answer_prefix(request: Any) -> str:
@@ -165,14 +167,15 @@ class ToolfidHFLM(HFLM):
             context = r.args[0]
             plan = _Plan(call_end=single_call(r), verify=getattr(r, "toolfid_verify", True) is not False,
                          draft_text=getattr(r, "toolfid_draft", None), prefix=answer_prefix(r),
-                         check=bool(getattr(r, "toolfid_check_stop", False)))
+                         check=bool(getattr(r, "toolfid_check_stop", False)),
+                         prefix_cache=getattr(r, "toolfid_prefix_cache", True) is not False)
             seen = self._plans.get(context)
             if seen is not None:  # the same prompt twice: the cautious choice of both
                 if seen.prefix != plan.prefix:  # the same prompt scored two ways: no early stop for it
                     plan.call_end = False
                 plan = _Plan(seen.call_end and plan.call_end, seen.verify and plan.verify,
                              seen.draft_text or plan.draft_text, plan.prefix if plan.call_end else "",
-                             seen.check or plan.check)
+                             seen.check or plan.check, seen.prefix_cache and plan.prefix_cache)
             self._plans[context] = plan
         self._row_info = {}
         self._check_texts = {}
@@ -352,8 +355,9 @@ class ToolfidHFLM(HFLM):
                 self.row_hook(len(result.tokens), time.monotonic() - started)
 
         def run(max_batch: int, prefill_tokens: int) -> list[Any]:
-            engine = GreedyEngine(self.model, pad_id, EngineConfig(max_batch=max_batch, prefill_tokens=prefill_tokens),
-                                  autocast=autocast)
+            config = EngineConfig(max_batch=max_batch, prefill_tokens=prefill_tokens,
+                                  share_prefixes=all(plan.prefix_cache for plan in plans))
+            engine = GreedyEngine(self.model, pad_id, config, autocast=autocast)
             self._last_engine = engine
             return engine.run(make_rows(), on_done=on_done)
 
@@ -375,6 +379,8 @@ class ToolfidHFLM(HFLM):
                 "engine": "toolfid", "verify": plan.verify, "draft_source": source, "draft_tokens": res.draft_len,
                 "tokens": len(tokens), "accepted": res.accepted, "verified": res.verified,
                 "decoded": res.decoded, "near_ties": res.near_ties, "finish": res.finish,
+                "prompt_tokens": len(prompts[i]), "prompt_tokens_shared": res.shared,
+                "shared_near_ties": res.shared_near_ties,
                 "decode_batch": used, "oom_halvings": halvings,
             }
         return out.to(context.device)

@@ -45,9 +45,10 @@ def view_manifest(base: str, adapter: str | None, task: str, metadata: dict[str,
         "format": MANIFEST_FORMAT,
         "base": base, "base_fingerprint": fingerprint(base),
         "adapter": adapter, "adapter_fingerprint": fingerprint(adapter),
-        # verify changes how adapter tokens are computed, not which, and check_stops only checks them: a view
-        # saved either way is reused
-        "task": task, "settings": {k: v for k, v in metadata.items() if k not in ("verify", "check_stops")},
+        # verify and prefix_cache change how tokens are computed, not which, and check_stops only checks them:
+        # a view saved either way is reused
+        "task": task, "settings": {k: v for k, v in metadata.items()
+                                   if k not in ("verify", "check_stops", "prefix_cache")},
         **({"limit": limit} if limit is not None else {}),
         "model_args": {k: v for k, v in (model_args or {}).items() if k != "pretrained"},
         "toolfid_version": __version__,

@@ -23,7 +23,8 @@ from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import MAX_TEXT, Case, PairScore, Summary
 from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 from lm_eval_toolfid.pairing.identity import RunKey
-from lm_eval_toolfid.pairing.references import Reference, find_references, reference_dir, write_reference
+from lm_eval_toolfid.pairing.references import (STOP_RULE, Reference, find_references, reference_dir,
+                                                 stale_under_primer, write_reference)
 from lm_eval_toolfid.pairing.samples import reference_from_samples
 from lm_eval_toolfid.scoring.compare import pair
 from lm_eval_toolfid.scoring.metrics import off_format_rate, summarize
@@ -67,11 +68,14 @@ class FidelityRun:
 
     # --- build time ----------------------------------------------------------------------
 
-    def resolve(self, key: RunKey | None, request_hashes: dict[str, str], scored_ids: list[str] | None = None) -> None:
+    def resolve(self, key: RunKey | None, request_hashes: dict[str, str], scored_ids: list[str] | None = None,
+                primed: bool = False) -> None:
         """Fix the run's identity and find what it pairs with, before any generation.
 
         ``scored_ids``: the cases this run will score (default: all). References pair only when,
-        together, they hold every one of them — never a paired metric over a covered subset."""
+        together, they hold every one of them — never a paired metric over a covered subset.
+        ``primed``: the prompt writes the start of each answer (plain-v3): a base run whose early stop did
+        not read that primer (written before :data:`STOP_RULE`) is not used."""
         if self._resolved:
             return
         self._resolved = True
@@ -81,12 +85,12 @@ class FidelityRun:
             case_set=self.case_set, n_cases_total=len(self.cases),
             adapter=s.adapter_path, adapter_mechanism=s.adapter[0] if s.adapter else None,
             calibration=s.calibration, verdict_config=s.verdict.model_dump(),
-            run_key=key.as_dict() if key is not None else None,
+            run_key=key.as_dict() if key is not None else None, stop_rule=STOP_RULE,
         )
         if not s.is_adapter_run:
             return
         if s.base_samples:
-            ref = reference_from_samples(s.base_samples, key, self.task_names)
+            ref = reference_from_samples(s.base_samples, key, self.task_names, primed=primed)
             self.references = [ref]
             self.provenance["pairing"] = f"base_samples: {ref.source}"
         elif key is not None:
@@ -94,6 +98,8 @@ class FidelityRun:
             usable = []
             for ref in candidates:
                 problem = ref.mismatch({cid: h for cid, h in request_hashes.items() if cid in ref.generations})
+                if problem is None and primed and ref.stop_rule is None:
+                    problem = stale_under_primer(ref.source, None).removeprefix(f"base run {ref.source} ")
                 if problem:
                     log.warning("tool_use_fidelity: base reference %s not used: %s", ref.source, problem)
                 else:

@@ -18,7 +18,7 @@ from lm_eval_toolfid.scoring.verdict import VerdictConfig
 
 SETTING_KEYS = ("cases", "demos", "plain_demos", "allowed_tools", "base_samples", "calibration", "write_reference",
                 "string_arguments", "backend", "prompt_style", "prompt_template", "system_prompt",
-                "chat_template", "verify", "check_stops")
+                "chat_template", "verify", "check_stops", "prefix_cache")
 OTHER_TASK_KEYS = {"reference_dir", "version", "toolfid", "config_source"}
 """Keys the task (or lm-eval's YAML) owns that are not model arguments."""
 
@@ -49,6 +49,9 @@ class TaskSettings(BaseModel):
     verify: bool = True
     """Adapter runs: check the base's answer in one forward pass instead of decoding it again, where the
     model class is toolfid's (``toolfid run``, ``toolfid-hf``); outputs are the same either way."""
+    prefix_cache: bool = True
+    """toolfid's model classes: compute prompt prefixes that cases share once per view (same outputs; near ties
+    counted); false computes every prompt whole."""
     check_stops: int = Field(default=0, ge=0)
     """Decode this many rows again without the early stop at the end of the call and report any case whose
     scored answer would change (toolfid's model classes; ``toolfid run --check-stops N``)."""

@@ -253,7 +253,7 @@ class ToolUseFidelityTask(ConfigurableTask):
             self.run.resolve(self._run_key(lm_requests), scored_ids=scored, request_hashes={
                 cid: request_hash(self.prompt_for(case),
                                   {**self.gen_kwargs_for(case), **({"lm_eval": lm_requests} if lm_requests else {})})
-                for cid, case in self.cases.items()})
+                for cid, case in self.cases.items()}, primed=bool(self.prompter.primer))
         except ToolfidError as exc:
             raise _fail(exc) from None
         self.run.provenance.update(prompt=self.prompter.settings.fingerprint(), **self.prompter.provenance())
@@ -274,6 +274,7 @@ class ToolUseFidelityTask(ConfigurableTask):
             inst.toolfid_check_stop = bool(to_check) and case is not None and len(case.expected_calls) <= 1
             to_check -= inst.toolfid_check_stop
             inst.toolfid_verify = self.settings.verify
+            inst.toolfid_prefix_cache = self.settings.prefix_cache
             inst.toolfid_draft = None
             if self.settings.verify and self.settings.is_adapter_run and isinstance(inst.doc, dict):
                 text = self.run.base_text(str(inst.doc.get("id")))
