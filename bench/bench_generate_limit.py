@@ -5,7 +5,8 @@ Loads SmolLM2-135M-Instruct once (``ToolfidHFLM``), runs one base view of the de
 (first ~8 cases, the task's default prompt: plain-v3, 1 demo) through lm-eval's ``simple_evaluate`` and times it (everything
 but the model load: prompt rendering, lm-eval's request building, tokenising, generating,
 scoring, aggregation). Then calls ``model.generate`` directly on the same prompts in the same
-batches (lm-eval's order: longest first), with the same stopping criteria and token budget.
+batches (lm-eval's order: longest first), with the same stopping criteria (the task's per-row rule, the
+prompt's primer included) and token budget.
 Prints computed tokens/s of each and the ratio (target: the view within 15% of bare generate).
 
 Usage: ``nice -n 10 .venv/bin/python bench/bench_generate_limit.py [--cases 8] [--batch-size 8]``
@@ -33,6 +34,7 @@ def main() -> None:
     import torch
     from transformers import StoppingCriteriaList
 
+    from lm_eval_toolfid.prompts.plain import restore_primer
     from lm_eval_toolfid.runtime.stopping import make_stopping_criteria
     from lm_eval.models.utils_hf import stop_sequences_criteria
 
@@ -51,7 +53,9 @@ def main() -> None:
             ids, mask = lm.tok_batch_encode(batch)
             until = ["\n###", lm.tok_decode(lm.eot_token_id, skip_special_tokens=False)]
             criteria = stop_sequences_criteria(lm.tokenizer, until, ids.shape[1], ids.shape[0])
-            criteria.append(make_stopping_criteria(lm.tokenizer, ids.shape[1], ids.shape[0], until))
+            # the task's stop rule per row: the primer a plain-v3 prompt ends with is part of the text it reads
+            criteria.append(make_stopping_criteria(lm.tokenizer, ids.shape[1], ids.shape[0], until,
+                                                   prefixes=[restore_primer(p, "") for p in batch]))
             with torch.no_grad():
                 out = lm.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=192, do_sample=False,
                                         stopping_criteria=StoppingCriteriaList(criteria),

@@ -665,7 +665,9 @@ class _Batch:
         elif not fits:
             src = joining[0][1][0]
             slots = max(n + m, min(e.config.max_batch, n + m + self.waiting))
-            cap = T + need + T // 4  # room for rows that join later without moving the others
+            # CPU: room for rows that join later without moving the others (auto caps the batch at 64 rows, memory
+            # is plentiful); CUDA: exactly what auto's memory estimate counted (the whole view is usually one batch)
+            cap = T + need + (T // 4 if e.device.type == "cpu" else 0)
             kv = []
             for li in range(e.n_layers):
                 k = src.kbuf.new_zeros(slots, src.kbuf.shape[1], cap, src.kbuf.shape[3])
