@@ -36,13 +36,20 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def _ranks_env(tmp_path: Path, flag: str) -> list[dict]:
+    """Each process writes its environment to its own file (two ranks share one stdout, and their
+    lines can interleave)."""
+    outdir = tmp_path / f"env{flag.replace('-', '_')}"
+    outdir.mkdir()
     script = tmp_path / "env.py"
-    script.write_text("import json, os\nprint('ENV ' + json.dumps({k: os.environ.get(k) for k in "
-                      f"{ENV_KEYS!r}}}))\n")
+    script.write_text("import json, os, sys\n"
+                      f"values = {{k: os.environ.get(k) for k in {ENV_KEYS!r}}}\n"
+                      "name = f'{os.getpid()}.json'\n"
+                      "open(os.path.join(sys.argv[1], name), 'w').write(json.dumps(values))\n")
     proc = subprocess.run([ACCELERATE, "launch", flag, "--num_processes", "2", "--main_process_port", "29531",
-                           str(script)], capture_output=True, text=True, env=_env(tmp_path), timeout=300)
+                           str(script), str(outdir)], capture_output=True, text=True, env=_env(tmp_path),
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("ENV ")]
+    return [json.loads(p.read_text()) for p in sorted(outdir.glob("*.json"))]
 
 
 def test_rank_env_vars(tmp_path: Path) -> None:

@@ -221,7 +221,7 @@ def test_interrupt_keeps_finished_views_and_resume_runs_only_the_rest(run, tmp_p
 
     asked: list[str] = []
 
-    def interrupted(self, task, metadata, adapter, label, out_dir=None):  # noqa: ANN001
+    def interrupted(self, task, metadata, adapter, label, **_):  # noqa: ANN001
         asked.append(label)
         raise KeyboardInterrupt
 

@@ -28,6 +28,7 @@ def _use_toolfid_model(argv: list[str]) -> list[str]:
     toolfid's engine (per-row stops, and adapter runs verify the stored base answers). Every other
     task's requests, and ``--model hf-auto`` / ``huggingface``, stay lm-eval's own."""
     import lm_eval_toolfid.runtime.hflm  # noqa: F401 - registers toolfid-hf
+    import lm_eval_toolfid.runtime.served_lm  # noqa: F401 - registers toolfid-server
 
     out = list(argv)
     for i, arg in enumerate(out):

@@ -18,7 +18,7 @@ from lm_eval_toolfid.cli.common import (
     out_dir,
     parse_adapters,
 )
-from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, EXIT_STOP_CHECK, ToolfidError
+from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, EXIT_SERVER, EXIT_STOP_CHECK, ToolfidError
 
 
 def _paint_verdicts(table: str) -> str:
@@ -97,15 +97,35 @@ def cmd_run(args: argparse.Namespace) -> int:
         load_cases(metadata["cases"])
     views = ["base", *adapters]
     progress = Progress(views, live=False if args.verbose else None)
+    from lm_eval_toolfid.runtime.served import ServerError
+
     try:
-        base_view, adapter_views = _run(args, adapters, out, metadata, progress)
-    except KeyboardInterrupt:
+        if args.server:
+            base_view, adapter_views = _run_served(args, adapters, out, metadata, progress)
+        else:
+            base_view, adapter_views = _run(args, adapters, out, metadata, progress)
+    except (KeyboardInterrupt, ServerError) as exc:
         progress.close()
         saved = sorted(p.parent.name for p in out.glob("*/manifest.json"))
-        print(f"\ntoolfid: interrupted; finished views kept in {out}/ ({', '.join(saved) or 'none yet'}). "
+        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"error: {exc}"
+        print(f"\ntoolfid: {why}; finished views kept in {out}/ ({', '.join(saved) or 'none yet'}). "
               f"Resume with: {_resume_hint(args, out)}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_SERVER
     return _finish(args, out, base_view, adapter_views)
+
+
+def _run_served(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any],
+                progress: Any) -> tuple[Any, list[Any]]:
+    from lm_eval_toolfid.runtime.served_session import run_served_views
+
+    for flag, value in (("--null-runs", args.null_runs), ("--device", args.device), ("--dtype", args.dtype)):
+        if value:
+            raise ToolfidError(f"{flag} does not apply to --server (the server loads the models; calibrate in "
+                               "process with toolfid calibrate)")
+    return run_served_views(args.server, args.base, adapters, args.task, metadata, out, api=args.api,
+                            concurrency=args.concurrency, tokenizer=args.tokenizer, timeout=args.timeout,
+                            max_retries=args.max_retries, progress=progress, verbose=args.verbose,
+                            resume=args.resume, limit=args.limit)
 
 
 def _run(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any],
@@ -251,8 +271,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="evaluate base and adapter(s) in one process, print verdicts",
                        description="Load the base once, run the task on the base and on every adapter, "
                                    "print the verdict table and breakdowns.")
-    p.add_argument("--base", required=True, help="base model: local dir or hub id")
-    p.add_argument("--adapter", required=True, action="append", help="PEFT adapter dir, or NAME=DIR (repeatable)")
+    p.add_argument("--base", required=True, help="base model: local dir or hub id (with --server: its served name)")
+    p.add_argument("--adapter", required=True, action="append",
+                   help="PEFT adapter dir, or NAME=DIR (repeatable); with --server: a served model name, or LABEL=NAME")
     p.add_argument("--task", default=DEFAULT_TASK, help="task name (default %(default)s)")
     add_run_options(p)
+    served = p.add_argument_group("served models (an OpenAI-compatible server: vLLM, SGLang, llama.cpp, "
+                                  "transformers serve)")
+    served.add_argument("--server", metavar="URL",
+                        help="evaluate the models this server serves (e.g. http://127.0.0.1:8000); --base and "
+                             "--adapter are then served model names")
+    served.add_argument("--api", choices=("completions", "chat"), default="completions",
+                        help="completions: the prompt the task renders, as in process (default); chat: the "
+                             "conversation and the case's tools= to /v1/chat/completions, scored from what comes "
+                             "back (tool_calls or text)")
+    served.add_argument("--concurrency", type=int, default=8, metavar="N", help="requests in flight (default 8)")
+    served.add_argument("--tokenizer", help="the models' tokenizer (local folder or hub id) where the base's served "
+                                            "name is not a local folder: the chat style renders with it")
+    served.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds per request (default 300)")
+    served.add_argument("--max-retries", dest="max_retries", type=int, default=3, metavar="N",
+                        help="retries of a request the server fails (5xx, 429, timeouts, refused connections; "
+                             "default 3); then the view stops, its answers kept for --resume (exit 6)")
     p.set_defaults(func=cmd_run)

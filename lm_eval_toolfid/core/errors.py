@@ -11,6 +11,8 @@ Exit codes of ``toolfid`` (1 and 2 belong to the verdict gate):
       (``toolfid run --check-stops``: a defect of the early stop on this model; the numbers are not trusted)
 4     user error (:class:`ToolfidError`): bad file, missing model, bad flag value
 5     internal error (a bug): one line, ``--debug`` shows the traceback
+6     the model server failed past its retries (``toolfid run --server``): finished views and the answers of the
+      stopped view are kept; ``--resume`` continues
 130   interrupted (Ctrl-C)
 141   the reader of the output went away (``toolfid ... | head``); nothing more is printed
 ====  ==========================================================
@@ -28,6 +30,7 @@ EXIT_UNDECIDED = 2
 EXIT_STOP_CHECK = 3
 EXIT_USER_ERROR = EXIT_INPUT = 4
 EXIT_INTERNAL_ERROR = EXIT_INTERNAL = 5
+EXIT_SERVER = 6
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: the process reading our output closed it (``| head``)."""

@@ -17,7 +17,7 @@ from typing import Any
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case
 from lm_eval_toolfid.prompts.auto import choose_style
-from lm_eval_toolfid.prompts.chat import TOOLS_IN_TEMPLATE, ChatPrompter
+from lm_eval_toolfid.prompts.chat import TOOLS_IN_TEMPLATE, ChatPrompter, template_spec
 from lm_eval_toolfid.prompts.history import HISTORY_FORMAT, raw_transcript
 from lm_eval_toolfid.prompts.plain import ExampleIndex, pick_demos, primer_for, primer_of, render_plain
 from lm_eval_toolfid.prompts.settings import (
@@ -75,6 +75,19 @@ class Prompter:
 
     def render(self, case: Case) -> str:
         return render_prompt(case, self.settings, self.chat, self.examples)
+
+    def chat_request(self, case: Case) -> dict[str, Any]:
+        """The chat style's request for a server that renders the template itself: the messages (as rendered
+        here) and every tool the prompt shows, in the OpenAI ``tools=`` form (sent whether or not the template
+        renders them, as a deployed client does)."""
+        if self.chat is None:
+            raise ToolfidError("a chat request needs prompt_style chat (the model's chat template)")
+        demos = pick_demos(case, self.settings.demos)
+        messages, _ = self.chat.messages(case, demos, self.settings.system_prompt)
+        tools = list(case.tools)
+        for demo_tools, _, _ in demos:
+            tools += [t for t in demo_tools if t.name not in {x.name for x in tools}]
+        return {"messages": messages, "tools": [template_spec(t) for t in tools]}
 
     def primed(self, case: Case) -> bool:
         """The case's prompt starts the answer with a call (plain-v3): a no-call answer cannot be seen."""

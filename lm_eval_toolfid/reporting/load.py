@@ -193,10 +193,15 @@ def read_run(path: Path) -> Run:
     results = _read_json(path)
     cfg = results.get("config") or {}
     args = parse_model_args(cfg.get("model_args"))
-    model = args.get("pretrained") or str(cfg.get("model") or "?")
+    model = args.get("pretrained") or args.get("model") or str(cfg.get("model") or "?")
     adapter = args.get("peft") or None
     all_tasks = results.get("results") or {}
     toolfid_tasks = [t for t in all_tasks if t.startswith(TOOLFID_PREFIX)]
+    if adapter is None and args.get("base_url") and toolfid_tasks:  # a served run: adapters are model names
+        meta = ((results.get("configs") or {}).get(toolfid_tasks[0]) or {}).get("metadata") or {}
+        base_model = meta.get("base_model") if isinstance(meta, dict) else None
+        if base_model and str(base_model) != str(args.get("model")):
+            model, adapter = str(base_model), str(args.get("model"))
     if path.name == "results.json" or path.name.startswith("results.scored"):
         label = path.parent.name
     else:

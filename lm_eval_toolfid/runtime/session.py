@@ -97,33 +97,40 @@ class ModelSession:
                  out_dir: Path | None = None, limit: int | None = None) -> ViewResult:
         """Run the task in the current view; ``adapter`` is what the task records as ``peft``; ``limit``: the
         first cases only (lm-eval's ``--limit``: a base view stores a subset reference)."""
-        import lm_eval.evaluator
-        from lm_eval import simple_evaluate
-        from lm_eval.tasks import TaskManager
-
-        # lm-eval stamps results with the git hash of the *current directory* (and prints git's
-        # "fatal: not a git repository" outside one); toolfid records its own provenance instead.
-        lm_eval.evaluator.get_git_commit_hash = lambda: None
-
-        from lm_eval_toolfid.reporting.progress import quiet_lm_eval
-
         model_args = dict(self.model_args, **({"peft": adapter} if adapter else {}))
-        meta = {**model_args, **metadata}
-        if self.progress is not None:
-            self.progress.view_started(label)
-        with quiet_lm_eval(self.progress, self.verbose) if self.progress is not None else contextlib.nullcontext():
-            manager = TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
-            out = simple_evaluate(model=self.lm, model_args=model_args, tasks=[task], task_manager=manager,
-                                  log_samples=True, bootstrap_iters=0, limit=limit)
-        if out is None:
-            raise ToolfidError("lm-eval returned no results")
-        samples = out.pop("samples", {}).get(task, [])
-        view = ViewResult(label=label, adapter=adapter, results=out, samples=samples)
-        if out_dir is not None:
-            view.path = save_view(view, out_dir, manifest=view_manifest(self.base, adapter, task, metadata,
-                                                                        self.model_args, limit))
-        if self.progress is not None:
-            self.progress.view_finished(label, len(samples))
-        return view
+        manifest = view_manifest(self.base, adapter, task, metadata, self.model_args, limit)
+        return evaluate_view(self.lm, model_args, task, metadata, label, adapter, out_dir, limit, manifest,
+                             self.progress, self.verbose)
 
 
+def evaluate_view(lm: Any, model_args: dict[str, Any], task: str, metadata: dict[str, Any], label: str,
+                  adapter: str | None, out_dir: Path | None, limit: int | None, manifest: dict[str, Any],
+                  progress: Any = None, verbose: bool = True) -> ViewResult:
+    """One view: an ordinary ``simple_evaluate`` of the task on ``lm`` (model args and metadata reach the
+    task as lm-eval's CLI passes them), saved under ``out_dir/label`` with its manifest."""
+    import lm_eval.evaluator
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    # lm-eval stamps results with the git hash of the *current directory* (and prints git's
+    # "fatal: not a git repository" outside one); toolfid records its own provenance instead.
+    lm_eval.evaluator.get_git_commit_hash = lambda: None
+
+    from lm_eval_toolfid.reporting.progress import quiet_lm_eval
+
+    meta = {**model_args, **metadata}
+    if progress is not None:
+        progress.view_started(label)
+    with quiet_lm_eval(progress, verbose) if progress is not None else contextlib.nullcontext():
+        manager = TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
+        out = simple_evaluate(model=lm, model_args=model_args, tasks=[task], task_manager=manager,
+                              log_samples=True, bootstrap_iters=0, limit=limit)
+    if out is None:
+        raise ToolfidError("lm-eval returned no results")
+    samples = out.pop("samples", {}).get(task, [])
+    view = ViewResult(label=label, adapter=adapter, results=out, samples=samples)
+    if out_dir is not None:
+        view.path = save_view(view, out_dir, manifest=manifest)
+    if progress is not None:
+        progress.view_finished(label, len(samples))
+    return view

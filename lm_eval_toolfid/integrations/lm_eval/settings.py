@@ -14,11 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.pairing.identity import adapter_of, suspicious_keys
+from lm_eval_toolfid.pairing.served import is_served
 from lm_eval_toolfid.scoring.verdict import VerdictConfig
 
 SETTING_KEYS = ("cases", "demos", "plain_demos", "allowed_tools", "base_samples", "calibration", "write_reference",
                 "string_arguments", "backend", "prompt_style", "prompt_template", "system_prompt",
-                "chat_template", "verify", "check_stops", "prefix_cache")
+                "chat_template", "verify", "check_stops", "prefix_cache", "base_model")
 OTHER_TASK_KEYS = {"reference_dir", "version", "toolfid", "config_source"}
 """Keys the task (or lm-eval's YAML) owns that are not model arguments."""
 
@@ -55,6 +56,9 @@ class TaskSettings(BaseModel):
     check_stops: int = Field(default=0, ge=0)
     """Decode this many rows again without the early stop at the end of the call and report any case whose
     scored answer would change (toolfid's model classes; ``toolfid run --check-stops N``)."""
+    base_model: str | None = None
+    """Served runs (``base_url=`` in the model args): the served model name of the base this adapter run pairs
+    with; absent, the run is a base run (a model the server lists as an adapter is refused)."""
     verdict: VerdictConfig = VerdictConfig()
     model_args: dict[str, Any] = Field(default_factory=dict)
     raw: dict[str, Any] = Field(default_factory=dict)
@@ -81,9 +85,36 @@ class TaskSettings(BaseModel):
             raise ToolfidError(f"bad task setting {where}: {first['msg']}") from None
 
     @property
+    def served(self) -> bool:
+        """The model is behind an OpenAI-compatible server (``base_url=``)."""
+        return is_served(self.model_args)
+
+    @property
     def adapter(self) -> tuple[str, str] | None:
-        """``(mechanism, path)`` of the adapter this run attaches (peft, delta, vLLM LoRA…), or None."""
+        """``(mechanism, path)`` of the adapter this run attaches (peft, delta, vLLM LoRA…; a served adapter:
+        ``("served", model name)``), or None."""
+        if self.served:
+            name = str(self.model_args.get("model") or self.model_args.get("pretrained") or "")
+            return ("served", name) if self.base_model and self.base_model != name else None
         return adapter_of(self.model_args)
+
+    @property
+    def tokenizer_source(self) -> str | None:
+        """Where the prompts' tokenizer comes from: ``tokenizer=``, else ``pretrained=``; a served run whose model
+        names are local folders (``transformers serve``) uses the base's folder."""
+        given = self.model_args.get("tokenizer") or (None if self.served else self.model_args.get("pretrained"))
+        if given or not self.served:
+            return str(given) if given else None
+        from pathlib import Path
+
+        base = self.base_model or self.model_args.get("model") or self.model_args.get("pretrained")
+        return str(base) if base and Path(str(base)).expanduser().is_dir() else None
+
+    @property
+    def prompt_model_args(self) -> dict[str, Any]:
+        """The model args the prompt renderer reads (its tokenizer)."""
+        source = self.tokenizer_source if self.served else None
+        return {**self.model_args, "tokenizer": source} if source else dict(self.model_args)
 
     @property
     def adapter_path(self) -> str | None:

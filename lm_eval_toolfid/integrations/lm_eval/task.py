@@ -26,6 +26,7 @@ from lm_eval_toolfid.core.records import Case
 from lm_eval_toolfid.integrations.lm_eval.fidelity_run import FidelityRun
 from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 from lm_eval_toolfid.pairing.identity import RunKey, base_identity, canonical, request_hash
+from lm_eval_toolfid.pairing.served import SERVED_BACKENDS, list_models, served_adapter, served_identity
 from lm_eval_toolfid.prompts.auto import AUTO
 from lm_eval_toolfid.prompts.chat import shipped_chat_template, template_sha
 from lm_eval_toolfid.prompts.history import conversation_text
@@ -36,7 +37,10 @@ from lm_eval_toolfid.scoring.metrics import METRICS, case_items
 
 log = logging.getLogger("lm_eval.toolfid")
 
-BACKENDS = {"HFLM": "hf", "VLLM": "vllm", "SGLangLM": "sglang", "HFMultimodalLM": "hf-multimodal"}
+BACKENDS = {"HFLM": "hf", "VLLM": "vllm", "SGLangLM": "sglang", "HFMultimodalLM": "hf-multimodal",
+            "ToolfidServerLM": "toolfid-server", "LocalCompletionsAPI": "local-completions",
+            "OpenAICompletionsAPI": "openai-completions", "LocalChatCompletion": "local-chat-completions",
+            "OpenAIChatCompletion": "openai-chat-completions"}
 MODEL_ALIASES = {"toolfid-hf": "hf", "hf-auto": "hf", "huggingface": "hf"}
 """lm-eval model names that are the ``hf`` backend (``toolfid-hf`` is HFLM with toolfid's engine)."""
 LM_EVAL_REQUEST_KEYS = ("system_instruction", "apply_chat_template", "fewshot_as_multiturn", "tokenizer_name")
@@ -53,6 +57,14 @@ class _ExpectedUnevenCounts(logging.Filter):
 
 
 logging.getLogger("lm_eval.evaluator_utils").addFilter(_ExpectedUnevenCounts())
+
+
+def cut_at_until(text: str, until: Any) -> str:
+    """lm-eval's cut of a generation at its stop sequences (each in turn, as HFLM does)."""
+    for term in [until] if isinstance(until, str) else list(until or []):
+        if term:
+            text = text.split(term)[0]
+    return text
 
 
 def _fail(exc: ToolfidError) -> SystemExit:
@@ -133,6 +145,14 @@ class ToolUseFidelityTask(ConfigurableTask):
         except ToolfidError as exc:
             raise _fail(exc) from None
         self.backend = self.settings.backend or detect_backend()
+        self.served_chat = self.settings.served and str(self.settings.model_args.get("api", "")) == "chat"
+        if self.served_chat:  # the server renders its chat template with tools=: the chat style is what it sees
+            if self.settings.prompt_style in ("plain", "raw") and metadata.get("prompt_style"):
+                raise _fail(ToolfidError(f"api=chat sends the conversation and tools to the server's chat template; "
+                                         f"prompt_style {self.settings.prompt_style} cannot apply (drop it, or use "
+                                         "api=completions)"))
+            self.settings = self.settings.model_copy(update={"prompt_style": "chat"})
+        self._echoed: set[str] = set()
         super().__init__(config=config, **kwargs)
 
     # --- docs and prompts ------------------------------------------------------------------
@@ -173,7 +193,7 @@ class ToolUseFidelityTask(ConfigurableTask):
         model's chat template once. An ``auto`` run logs one line saying what it chose and why."""
         try:
             prompter = Prompter(self.settings.prompt_style, self.settings.demos, self.settings.system_prompt,
-                                self.settings.model_args, self.settings.chat_template,
+                                self.settings.prompt_model_args, self.settings.chat_template,
                                 template=self.settings.prompt_template, cases=list(self.cases.values()),
                                 plain_demos=self.settings.plain_demos)
         except ToolfidError as exc:
@@ -271,6 +291,8 @@ class ToolUseFidelityTask(ConfigurableTask):
             case = self.cases.get(str(inst.doc.get("id"))) if isinstance(inst.doc, dict) else None
             primer = self.prompter.answer_prefix(case) if case is not None else ""
             inst.toolfid_answer_prefix = primer
+            if self.served_chat and case is not None:
+                inst.toolfid_chat = self.prompter.chat_request(case)
             inst.toolfid_check_stop = bool(to_check) and case is not None and len(case.expected_calls) <= 1
             to_check -= inst.toolfid_check_stop
             inst.toolfid_verify = self.settings.verify
@@ -312,7 +334,27 @@ class ToolUseFidelityTask(ConfigurableTask):
                      ": a base run pairs only if it rendered with the same chat template (pass the same tokenizer=)")
         self.run.provenance["adapter_chat_template"] = note
 
+    def _served_base(self) -> dict[str, Any]:
+        """A served run's base identity (the server asked what it serves); an adapter run that names no base
+        but is served as an adapter is refused here, in one line."""
+        s = self.settings
+        listing = list_models(str(s.model_args["base_url"]))
+        served_adapter(s.model_args, s.base_model, listing)
+        if self.backend == "local-completions" and str(s.model_args.get("tokenized_requests", "true")).lower() != "false":
+            raise ToolfidError("tool_use_fidelity sends the prompt text it renders: add tokenized_requests=False to "
+                               "--model_args (token ids would be re-tokenized client-side and cut at max_length)")
+        shape = SERVED_BACKENDS.get(self.backend, self.backend)
+        if self.backend == "toolfid-server" and str(s.model_args.get("api", "completions")) == "chat":
+            shape = "openai-chat-tools"
+        return served_identity(s.model_args, s.base_model, shape, listing, s.tokenizer_source)
+
     def _run_key(self, lm_requests: dict[str, Any]) -> RunKey | None:
+        if self.settings.served:
+            generation = json.loads(canonical(dict(self.config.generation_kwargs or {})))
+            if lm_requests:
+                generation["lm_eval"] = json.loads(canonical(lm_requests))
+            return RunKey(base=self._served_base(), case_set=self.run.case_set,
+                          prompt=self.prompter.settings.fingerprint(), generation=generation)
         if not self.settings.model_args.get("pretrained"):
             log.warning("tool_use_fidelity: no 'pretrained' in model_args/metadata: cannot pair or store a reference")
             return None
@@ -338,6 +380,11 @@ class ToolUseFidelityTask(ConfigurableTask):
     def process_results(self, doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
         text = results[0] if results else ""
         text = text if isinstance(text, str) else ("" if text is None else str(text))
+        if self.settings.served:  # servers may return the stop string (transformers serve): lm-eval's cut, as HF's
+            cut = cut_at_until(text, (self.config.generation_kwargs or {}).get("until"))
+            if cut != text:
+                self._echoed.add(str(doc["id"]))
+            text = cut
         case = self.case_of(doc)
         record = self.run.score(str(doc["id"]), self.prompter.answer(text, case), primed=self.prompter.primed(case))
         items: dict[str, Any] = case_items(record)
@@ -351,6 +398,11 @@ class ToolUseFidelityTask(ConfigurableTask):
     def _finish(self, records: list[dict[str, Any]]) -> float:
         infos = [getattr(inst, "toolfid_generation", None) for inst in self._instances or []]
         self.run.provenance["generation"] = summarize_generation(infos, verify=self.settings.verify)
+        if self.settings.served:
+            from lm_eval_toolfid.runtime.served_lm import summarize_served
+
+            self.run.provenance["served"] = summarize_served(
+                [getattr(inst, "toolfid_served", None) for inst in self._instances or []], len(self._echoed))
         if self.settings.check_stops:
             self._check_stops()
         conclusion = self.run.finish(records)

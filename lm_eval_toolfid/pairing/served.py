@@ -1,0 +1,173 @@
+"""Identity of a model served by an OpenAI-compatible server (vLLM, SGLang, llama.cpp, ``transformers serve``).
+
+A served run names its model (``model=``) and the server (``base_url=``) in its model args, like
+lm-eval's ``local-completions``. Each served adapter is a model name of its own, so an adapter run says
+which served model is its base: task metadata ``base_model`` (``--metadata '{"base_model": NAME}'``).
+
+The base identity of a served run holds what can change its greedy outputs as far as a client can see:
+the server (scheme, host, port), the served base model name, what the server's ``/v1/models`` reports
+about it (``root``, ``parent``, ``max_model_len`` where given; never the volatile ``created``/``status``),
+a content fingerprint where the name is a local folder (``transformers serve`` loads models by path),
+the tokenizer the prompts were rendered with (its fingerprint), and the model args that shape the
+request. Pairing stays as strict as for ``hf``: a restarted server on another port, another model
+behind the same name (a different ``root``) or another tokenizer is another base.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.pairing.identity import dir_fingerprint, resolved_hub_commit
+
+SERVED_BACKENDS = {
+    "local-completions": "openai-completions",
+    "openai-completions": "openai-completions",
+    "local-chat-completions": "openai-chat",
+    "openai-chat-completions": "openai-chat",
+    "toolfid-server": "openai-completions",
+}
+"""lm-eval model names that talk to an OpenAI-compatible server → the request shape they send. lm-eval's
+``local-completions`` and ``toolfid-server`` (completions) send the same prompt text, so a base run through
+one pairs with an adapter run through the other; ``toolfid-server`` with ``api=chat`` is ``openai-chat-tools``."""
+
+SERVER_KEYS_NOT_IDENTITY = {
+    "num_concurrent", "max_retries", "timeout", "batch_size", "verify_certificate", "ca_cert_path", "auth_token",
+    "api_key", "header", "journal", "base_url", "model", "pretrained", "tokenizer", "tokenizer_backend", "max_length",
+    "seed", "eos_string", "trust_remote_code", "use_fast_tokenizer", "revision", "tokenized_requests", "api", "resume",
+}
+"""Served model args that are transport, secrets or handled on their own (never copied into an identity)."""
+
+CARD_KEYS = ("root", "parent", "max_model_len")
+"""What a ``/v1/models`` entry says about the model behind a name (vLLM: ``root`` the weights' path or id,
+``parent`` the base of a LoRA module); ``created`` changes on every request and is left out."""
+
+
+def is_served(model_args: dict[str, Any]) -> bool:
+    return bool(model_args.get("base_url"))
+
+
+def server_origin(base_url: str) -> str:
+    """``scheme://host:port`` of a server URL (``/v1/completions`` and ``/v1/chat/completions`` are one server)."""
+    parts = urllib.parse.urlsplit(str(base_url).strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ToolfidError(f"base_url {base_url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1/completions)")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{parts.hostname}:{port}"
+
+
+def api_root(base_url: str) -> str:
+    """The ``.../v1`` root of a server URL given as the root, ``/v1`` or a full endpoint."""
+    parts = urllib.parse.urlsplit(str(base_url).strip())
+    path = parts.path.rstrip("/")
+    for tail in ("/chat/completions", "/completions", "/models"):
+        if path.endswith(tail):
+            path = path[: -len(tail)]
+            break
+    if not path.endswith("/v1"):
+        path = path + "/v1"
+    return f"{server_origin(base_url)}{path}"
+
+
+def list_models(base_url: str, timeout: float = 10.0, headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The server's ``/v1/models`` entries; one-line :class:`ToolfidError` when it cannot be reached or answers
+    something else than the OpenAI list shape."""
+    url = api_root(base_url) + "/models"
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the user's server
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        raise ToolfidError(f"server {url} answered HTTP {exc.code} ({exc.reason})") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ToolfidError(f"server {server_origin(base_url)} is not reachable ({reason}); start it first "
+                           "(see README: Served models)") from None
+    try:
+        data = json.loads(body)
+        entries = data["data"]
+        if not isinstance(entries, list):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        raise ToolfidError(f"server {url} did not answer an OpenAI model list ({body[:80]!r})") from None
+    return [e for e in entries if isinstance(e, dict)]
+
+
+def model_card(listing: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """The stable fields the server reports for a model name, or None when it does not list it (``transformers
+    serve`` lists a model only once loaded)."""
+    for entry in listing:
+        if entry.get("id") == name:
+            return {k: entry[k] for k in CARD_KEYS if entry.get(k) not in (None, "")}
+    return None
+
+
+def _name_fingerprint(name: str) -> dict[str, str]:
+    local = Path(str(name)).expanduser()
+    if local.is_dir():
+        return {"fingerprint": dir_fingerprint(local)}
+    return {}
+
+
+def tokenizer_fingerprint(source: str | None) -> str | None:
+    """The tokenizer the prompts are rendered with: a local folder's tokenizer files, or a hub id and its commit."""
+    if not source:
+        return None
+    local = Path(str(source)).expanduser()
+    if local.is_dir():
+        files = [p for p in sorted(local.iterdir()) if p.is_file() and (
+            p.name.startswith(("tokenizer", "special_tokens", "vocab", "merges", "added_tokens", "chat_template"))
+            or p.suffix == ".jinja")]
+        import hashlib
+
+        h = hashlib.sha256()
+        for file in files:
+            h.update(file.name.encode())
+            h.update(file.read_bytes())
+        return h.hexdigest()[:16]
+    commit = resolved_hub_commit(str(source), None)
+    return f"{source}@{commit}" if commit else str(source)
+
+
+def served_adapter(model_args: dict[str, Any], base_model: str | None,
+                   listing: list[dict[str, Any]] | None) -> tuple[str, str] | None:
+    """``("served", name)`` for an adapter run (``base_model`` given and not the served model itself), None for a
+    base run. A model the server lists with a ``parent`` (vLLM's LoRA modules) is an adapter: without
+    ``base_model`` it is refused, never taken for a base."""
+    name = str(model_args.get("model") or model_args.get("pretrained") or "")
+    if not name:
+        raise ToolfidError("a served run needs model=NAME in --model_args (the name the server serves)")
+    if base_model and str(base_model) != name:
+        return "served", name
+    card = model_card(listing or [], name) or {}
+    parent = card.get("parent")
+    if parent and parent != name and not base_model:
+        raise ToolfidError(f"served model {name!r} is an adapter of {parent!r} on this server (its /v1/models entry "
+                           f"has parent {parent!r}): pass --metadata '{{\"base_model\": \"{parent}\"}}' to evaluate it "
+                           "against its base")
+    return None
+
+
+def served_identity(model_args: dict[str, Any], base_model: str | None, backend: str,
+                    listing: list[dict[str, Any]] | None, tokenizer: str | None) -> dict[str, Any]:
+    """The base identity of a served run (see the module docstring)."""
+    from lm_eval_toolfid.pairing.identity import ADAPTER_KEYS, LM_EVAL_BOOKKEEPING_KEYS, NON_IDENTITY_KEYS
+
+    name = str(base_model or model_args.get("model") or model_args.get("pretrained") or "")
+    ident: dict[str, Any] = {k: str(v) for k, v in sorted(model_args.items())
+                             if k not in SERVER_KEYS_NOT_IDENTITY and k not in NON_IDENTITY_KEYS
+                             and k not in ADAPTER_KEYS and k not in LM_EVAL_BOOKKEEPING_KEYS and v not in (None, "")}
+    ident.update(backend=backend, server=server_origin(str(model_args["base_url"])), served_model=name)
+    card = model_card(listing or [], name)
+    if card:
+        ident["model_card"] = json.dumps(card, sort_keys=True)
+    ident.update(_name_fingerprint(name))
+    fp = tokenizer_fingerprint(tokenizer)
+    if fp:
+        ident["tokenizer"] = fp
+    return ident

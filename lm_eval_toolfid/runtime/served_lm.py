@@ -1,0 +1,116 @@
+"""lm-eval model ``toolfid-server``: the task against an OpenAI-compatible server (vLLM, SGLang, llama.cpp,
+``transformers serve``), every adapter a served model name.
+
+Model args: ``base_url`` (the server: root, ``/v1`` or an endpoint), ``model`` (the served name),
+``api`` (``completions``: the prompt text the task renders, as in-process; ``chat``: the conversation and
+the case's ``tools=`` to ``/v1/chat/completions``, scored from what the server returns, structured
+``tool_calls`` or text), ``num_concurrent`` (requests in flight, default 8), ``timeout`` (seconds per
+request), ``max_retries``, ``journal`` (a file the answers are appended to as they arrive; a rerun of the
+same view asks only the rest), ``tokenizer`` (where the prompts' tokenizer comes from, for the chat style's
+local rendering and the run's identity). Adapter runs name their base with task metadata ``base_model``.
+
+Registered when this module is imported (``toolfid lm-eval`` and ``toolfid run --server`` do).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.runtime.served import Journal, ServedAnswer, ServerClient, ask_all
+
+log = logging.getLogger("lm_eval.toolfid")
+
+DEFAULT_MAX_GEN_TOKS = 256
+
+
+@register_model("toolfid-server")
+class ToolfidServerLM(LM):
+    """The task's requests sent to a server, greedy, ``num_concurrent`` in flight."""
+
+    def __init__(self, model: str | None = None, base_url: str | None = None, api: str = "completions",
+                 num_concurrent: int | str = 8, timeout: float | str = 300, max_retries: int | str = 3,
+                 journal: str | None = None, resume: bool | str = True, tokenizer: str | None = None,
+                 pretrained: str | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        name = model or pretrained
+        if not base_url or not name:
+            raise ToolfidError("toolfid-server needs base_url=URL and model=NAME in --model_args")
+        self.model_name, self.base_url, self.api = str(name), str(base_url), str(api)
+        self.client = ServerClient(self.base_url, self.model_name, self.api, timeout=float(timeout),
+                                   max_retries=int(max_retries))
+        self.concurrency = int(num_concurrent)
+        self.journal_path = journal
+        self.resume = str(resume).lower() not in ("false", "0", "no")
+        self.tokenizer_source = tokenizer
+        self.answer_hook: Any = None
+        """Called ``(answer)`` as each answer arrives (``toolfid run``'s progress line)."""
+        self.shapes: Counter[str] = Counter()
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict[str, Any] | None = None) -> Any:
+        from lm_eval.utils import simple_parse_args_string
+
+        args = simple_parse_args_string(arg_string)
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k not in ("device",
+                                                                                                   "batch_size")}
+        return cls(**args, **extra)
+
+    def _payload(self, request: Any) -> dict[str, Any]:
+        context, gen_kwargs = request.args[0], dict(request.args[1] or {})
+        until = gen_kwargs.get("until") or []
+        until = [until] if isinstance(until, str) else list(until)
+        max_tokens = int(gen_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
+        if self.api == "chat":
+            chat = getattr(request, "toolfid_chat", None)
+            prompt = chat if chat is not None else {"messages": [{"role": "user", "content": context}]}
+            until = [u for u in until if u]  # the server's template ends the turn
+        else:
+            prompt = context
+        return self.client.payload(prompt, max_tokens, [u for u in until if u])
+
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        payloads = [self._payload(r) for r in requests]
+        journal = Journal(self.journal_path, resume=self.resume)
+        hook = self.answer_hook
+        answers = ask_all(self.client, payloads, journal, self.concurrency,
+                          on_answer=(lambda i, a: hook(a)) if hook is not None else None)
+        for request, answer in zip(requests, answers):
+            request.toolfid_served = served_info(answer)
+            self.shapes[answer.shape] += 1
+        return [a.text for a in answers]
+
+    def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
+        raise ToolfidError("toolfid-server generates only (tool_use_fidelity); loglikelihood tasks need lm-eval's "
+                           "local-completions")
+
+    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
+        raise ToolfidError("toolfid-server generates only (tool_use_fidelity)")
+
+
+def served_info(answer: ServedAnswer) -> dict[str, Any]:
+    """What a served answer says about how it came back (per case; summed by :func:`summarize_served`)."""
+    return {"shape": answer.shape, "finish_reason": answer.finish_reason, "parser_error": answer.parser_error,
+            "retries": answer.retries}
+
+
+def summarize_served(infos: list[dict[str, Any] | None], echoed: int) -> dict[str, Any]:
+    """Per view: which shape came back (``text`` / ``tool_calls`` / ``empty``), tool-call arguments the scorer
+    could not read as JSON, answers cut by ``max_tokens``, retried requests, and answers that carried the stop
+    string (cut off before scoring)."""
+    got = [i for i in infos if isinstance(i, dict)]
+    out: dict[str, Any] = {"answers": len(got), "stop_string_echoed": echoed}
+    if got:
+        out["shapes"] = dict(Counter(i["shape"] for i in got))
+        out["parser_errors"] = sum(1 for i in got if i.get("parser_error"))
+        out["cut_by_max_tokens"] = sum(1 for i in got if i.get("finish_reason") == "length")
+        out["retried"] = sum(1 for i in got if i.get("retries"))
+        first = next((i["parser_error"] for i in got if i.get("parser_error")), None)
+        if first:
+            out["parser_error_example"] = first
+    return out

@@ -1,0 +1,112 @@
+"""An in-process OpenAI-compatible endpoint that misbehaves on purpose (tests of the served path's faults).
+
+It answers ``/v1/models`` and ``/v1/completions`` / ``/v1/chat/completions`` with the gold call of the fixture
+case whose request it finds in the prompt (so runs score something real), unless ``plan`` says otherwise for
+the n-th request: an HTTP status, a malformed body, a cut answer, the stop string echoed, structured
+``tool_calls`` (optionally with arguments that are not JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+from lm_eval_toolfid.cases.bundled import fixture_paths
+from lm_eval_toolfid.cases.load import load_cases
+
+
+def _gold() -> list[tuple[str, str, dict[str, Any]]]:
+    cases = load_cases(fixture_paths()["cases"])
+    return [(c.prompt, c.gold_tool_name or "", c.gold_arguments or {}) for c in cases if c.gold_tool_name]
+
+
+@dataclass
+class Fake:
+    """What the endpoint does for request number n (0-based, generation requests only)."""
+
+    plan: Callable[[int, dict[str, Any]], str | None] = lambda n, body: None
+    """Returns None (answer normally) or one of: ``"500"`` / ``"503"`` / ``"400"`` (that status), ``"garbage"``
+    (a body that is not JSON), ``"nochoices"`` (JSON without choices), ``"cut"`` (half a call, finish_reason
+    length), ``"echo"`` (the call followed by the first stop string), ``"tool_calls"``, ``"bad_args"``."""
+    models: list[dict[str, Any]] = field(default_factory=lambda: [{"id": "fake-base", "object": "model"},
+                                                                  {"id": "fake-ad", "object": "model"}])
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, bytes]:
+        with self.lock:
+            n = len(self.requests)
+            self.requests.append(body)
+        what = self.plan(n, body)
+        if what in ("500", "503", "400"):
+            return int(what), b'{"error": {"message": "on purpose"}}'
+        if what == "garbage":
+            return 200, b"<html>not json</html>"
+        if what == "nochoices":
+            return 200, b'{"object": "text_completion"}'
+        text = json.dumps(self._call(body))
+        chat = "messages" in body
+        finish = "stop"
+        if what == "cut":
+            text, finish = text[: len(text) // 2], "length"
+        elif what == "echo":
+            stops = body.get("stop") or ["\n###"]
+            text = text + stops[0] + "trailing"
+        if chat:
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if what in ("tool_calls", "bad_args"):
+                call = self._call(body)
+                args = json.dumps(call["arguments"]) if what == "tool_calls" else "{city: Osaka"
+                message = {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_0", "type": "function", "function": {"name": call["name"], "arguments": args}}]}
+            choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if what else finish}
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": finish}
+        return 200, json.dumps({"object": "x", "choices": [choice], "usage": {"completion_tokens": 7}}).encode()
+
+    @staticmethod
+    def _call(body: dict[str, Any]) -> dict[str, Any]:
+        prompt = body.get("prompt") or json.dumps(body.get("messages"))
+        for request, name, args in _gold():
+            if request in prompt or json.dumps(request)[1:-1] in prompt:
+                return {"name": name, "arguments": args}
+        return {"name": "unknown_tool", "arguments": {}}
+
+
+def serve(fake: Fake) -> tuple[str, Callable[[], None]]:
+    """Start the endpoint on an ephemeral loopback port; returns its URL and a stop function."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _send(self, status: int, payload: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path.rstrip("/").endswith("/models"):
+                self._send(200, json.dumps({"object": "list", "data": fake.models}).encode())
+            else:
+                self._send(404, b"{}")
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            self._send(*fake.answer(body))
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+
+    return f"http://127.0.0.1:{server.server_address[1]}", stop

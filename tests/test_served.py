@@ -1,0 +1,193 @@
+"""Served models against a real server: ``transformers serve`` on loopback, SmolLM2-135M-Instruct as the base and a
+LoRA merged into a copy of it (``transformers serve`` loads whole models), 6 default cases (at most 96 new tokens).
+
+- ``toolfid run --server`` pairs the served base and adapter views; the base view's per-case scored answers equal
+  plain ``lm_eval --model hf`` on the same weights (the merged adapter's too: checked when this was built, left out
+  of the suite for time); the verdict equals the in-process ``toolfid run`` with the PEFT adapter.
+- lm-eval's own ``local-completions`` (``tokenized_requests=False``) scores the base alike and writes the same base
+  reference (so either flow pairs with the other); without ``tokenized_requests=False`` it is refused in one line.
+- The server killed mid-run: the view stops (exit 6), its answers are kept, ``--resume`` against the restarted
+  server completes it with the same answers.
+- The chat path (``--api chat``) sends the tools and scores what comes back (text for SmolLM2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .lm_eval_helpers import BIN, lm_eval_cli
+from .lora_recipes import Recipe, trained_lora
+from .served_helpers import Server, merged_copy
+
+pytestmark = pytest.mark.slow
+TASK = "tool_use_fidelity"
+N = 6
+MAX_NEW = 96  # a SmolLM2 call is 30-80 tokens; the prose adapter runs on to this
+PROSE = "I would rather tell you about bread: flour, water, salt and a patient night in a cool kitchen."
+
+
+def _env(home: Path) -> dict[str, str]:
+    return dict(os.environ, TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                OMP_NUM_THREADS="1")
+
+
+def _toolfid(args: list[str], home: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "toolfid"), *args], capture_output=True, text=True, env=_env(home), timeout=1800)
+
+
+def _view(folder: Path) -> tuple[dict, dict[str, dict]]:
+    results = json.loads((folder / "results.json").read_text())
+    rows = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines() if x.strip()]
+    return results, {r["doc"]["id"]: r for r in rows}
+
+
+def _lm_eval_samples(out: Path) -> dict[str, dict]:
+    path = sorted(out.rglob(f"samples_{TASK}_*.jsonl"))[-1]
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return {r["doc"]["id"]: r for r in rows}
+
+
+def _scored(sample: dict) -> tuple:
+    record = sample.get("fidelity_pass") or sample.get("cases_scored")
+    ft = record["ft"]
+    return ft["kind"], ft.get("name"), json.dumps(ft.get("arguments"), sort_keys=True), ft.get("text")
+
+
+def _meta(results: dict) -> dict:
+    return results["configs"][TASK]["metadata"]["toolfid"]
+
+
+@pytest.fixture(scope="module")
+def served(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    import torch
+
+    from lm_eval_toolfid.cases.bundled import default_cases_path
+    from lm_eval_toolfid.cases.load import load_cases
+    from lm_eval_toolfid.prompts.prompter import Prompter
+
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("served")
+    cases = load_cases(str(default_cases_path()))[:N]
+    rows = [json.loads(x) for x in default_cases_path().read_text(encoding="utf-8").splitlines() if x.strip()][:N]
+    cases_file = root / "cases.jsonl"
+    cases_file.write_text("".join(json.dumps({**row, "max_new_tokens": MAX_NEW}) + "\n" for row in rows))
+    prompter = Prompter("auto", demos=None, model_args={"pretrained": str(smollm2)}, plain_demos=1,
+                        template="plain-v3", cases=load_cases(str(default_cases_path())))
+    # trained to answer prose on half the cases: a real change for the verdict to see
+    recipe = Recipe(contexts=tuple(prompter.render(c) for c in cases[: N // 2]), target=PROSE, steps=8)
+    adapter = trained_lora(smollm2, recipe)
+    merged = merged_copy(smollm2, adapter, root / "merged")
+    server = Server(root / "serve.log").start()
+    home = root / "home"
+    out = {"root": root, "server": server, "adapter": adapter, "merged": merged, "home": home, "cases": cases_file}
+    try:
+        t0 = time.monotonic()
+        proc = _toolfid(["run", "--server", server.url, "--base", str(smollm2), "--adapter", f"prose={merged}",
+                         "--cases", str(cases_file), "--output", str(root / "run"), "--json"], home)
+        out["run_seconds"] = time.monotonic() - t0
+        assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
+        out["run"] = json.loads(proc.stdout)
+        yield out
+    finally:
+        server.stop()
+
+
+def test_served_views_pair_and_the_base_equals_lm_eval_hf(served: dict, smollm2: Path) -> None:
+    root = served["root"]
+    base_results, base = _view(root / "run" / "base")
+    ad_results, ad = _view(root / "run" / "prose")
+    assert len(base) == len(ad) == N
+    assert _meta(ad_results)["pairing"].startswith("reference store: ")
+    assert _meta(ad_results)["run_key"]["base"]["backend"] == "openai-completions"
+    assert _meta(ad_results)["served"]["shapes"] == {"text": N}
+    proc = lm_eval_cli(f"pretrained={smollm2}", root / "hf-base", root / "home-hf", task=TASK,
+                       metadata={"cases": str(served["cases"])}, extra=["--batch_size", "1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    hf = _lm_eval_samples(root / "hf-base")
+    assert set(hf) == set(base)
+    differ = [cid for cid in hf if _scored(hf[cid]) != _scored(base[cid])]
+    assert not differ, [(cid, _scored(hf[cid]), _scored(base[cid])) for cid in differ[:2]]
+    # the adapter changed something, and the verdict saw it
+    assert _meta(ad_results)["summary"]["metrics"]["identical_output_rate"] < 1.0
+
+
+def test_the_verdict_equals_the_in_process_flow(served: dict, smollm2: Path) -> None:
+    root = served["root"]
+    proc = _toolfid(["run", "--base", str(smollm2), "--adapter", f"prose={served['adapter']}", "--cases",
+                     str(served["cases"]),
+                     "--output", str(root / "inproc"), "--json", "--device", "cpu"], root / "home-inproc")
+    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
+    inproc = json.loads(proc.stdout)["adapters"]["prose"]["verdict"]
+    assert served["run"]["adapters"]["prose"]["verdict"]["label"] == inproc["label"]
+
+
+def test_lm_eval_local_completions_scores_alike_and_writes_the_same_reference(served: dict, smollm2: Path) -> None:
+    root, url = served["root"], served["server"].url
+    base_results, base = _view(root / "run" / "base")
+    proc = _toolfid(["lm-eval", "--tasks", TASK, "--model", "local-completions", "--model_args",
+                     f"model={smollm2},base_url={url}/v1/completions,tokenized_requests=False", "--metadata",
+                     json.dumps({"cases": str(served["cases"])}), "--limit", "3", "--output_path", str(root / "lc"),
+                     "--log_samples"], served["home"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lc = _lm_eval_samples(root / "lc")
+    assert len(lc) == 3 and {cid: _scored(s) for cid, s in lc.items()} == {cid: _scored(base[cid]) for cid in lc}
+    # the same base key as toolfid-server's (a subset reference beside the whole one)
+    lc_meta = json.loads(sorted((root / "lc").rglob("results_*.json"))[-1].read_text())["configs"][TASK]["metadata"]
+    assert lc_meta["toolfid"]["run_key"]["base"] == _meta(base_results)["run_key"]["base"]
+    assert Path(lc_meta["toolfid"]["reference_written"]).name.split(".")[0] == \
+        Path(_meta(base_results)["reference_written"]).name.split(".")[0]
+    # token ids instead of the prompt text: refused in one line
+    proc = _toolfid(["lm-eval", "--tasks", TASK, "--model", "local-completions", "--model_args",
+                     f"model={smollm2},base_url={url}/v1/completions", "--limit", "1"], served["home"])
+    assert proc.returncode != 0 and "tokenized_requests=False" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_server_killed_mid_run_stops_the_view_and_resume_completes_it(served: dict, smollm2: Path) -> None:
+    root, server = served["root"], served["server"]
+    out = root / "killed"
+    args = ["run", "--server", server.url, "--base", str(smollm2), "--adapter", f"prose={served['merged']}",
+            "--cases", str(served["cases"]), "--limit", "3", "--output", str(out), "--json", "--concurrency", "1",
+            "--max-retries", "2"]
+    proc = subprocess.Popen([str(BIN / "toolfid"), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(root / "home-killed"))
+    journal = out / ".served" / "base.jsonl"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.is_file() and len(journal.read_text().splitlines()) >= 1:
+            break
+        time.sleep(0.2)
+    server.stop()
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 6, stderr[-3000:]
+    assert "--resume" in stderr and "Traceback" not in stderr
+    kept = len(journal.read_text().splitlines())
+    assert 1 <= kept < 3
+    server.start()
+    done = _toolfid([*args, "--resume"], root / "home-killed")
+    assert done.returncode in (0, 1, 2), done.stderr[-3000:]
+    for label in ("base", "prose"):
+        _, resumed = _view(out / label)
+        _, whole = _view(root / "run" / label)
+        assert len(resumed) == 3 and {c: _scored(s) for c, s in resumed.items()} == {c: _scored(whole[c]) for c in resumed}
+
+
+def test_the_chat_path_sends_tools_and_scores_what_comes_back(served: dict, smollm2: Path) -> None:
+    root, url = served["root"], served["server"].url
+    proc = _toolfid(["run", "--server", url, "--api", "chat", "--base", str(smollm2), "--adapter",
+                     f"prose={served['merged']}", "--cases", str(served["cases"]), "--limit", "3", "--output",
+                     str(root / "chat"), "--json"],
+                    root / "home-chat")
+    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
+    results, samples = _view(root / "chat" / "prose")
+    meta = _meta(results)
+    assert meta["run_key"]["base"]["backend"] == "openai-chat-tools" and meta["prompt_style"] == "chat"
+    assert sum(meta["served"]["shapes"].values()) == 3  # SmolLM2's template ignores tools=: text comes back
+    assert meta["pairing"].startswith("reference store: ")
+    assert all(s["fidelity_pass"]["ft"]["kind"] for s in samples.values())

@@ -1,0 +1,182 @@
+"""Served models: every fault is a one-line error or a resumable stop, nothing lost (an in-process endpoint that
+misbehaves on purpose; the real ``transformers serve`` runs in tests/test_served.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from lm_eval_toolfid.cli import main
+
+from .fake_server import Fake, serve
+from .lm_eval_helpers import FIXTURE_TASK
+
+N_CASES = 12  # the first cases of the fixture set (--limit)
+
+
+def _main(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TOOLFID_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return tmp_path / "home"
+
+
+def _run(url: str, out: Path, *extra: str, adapter: str = "fake-ad") -> list[str]:
+    limit = [] if "--limit" in extra else ["--limit", str(N_CASES)]
+    return ["run", "--server", url, "--base", "fake-base", "--adapter", f"ad={adapter}", "--task", FIXTURE_TASK,
+            "--output", str(out), "--json", *limit, *extra]
+
+
+def _toolfid(out: Path, label: str) -> dict:
+    results = json.loads((out / label / "results.json").read_text())
+    return results["configs"][FIXTURE_TASK]["metadata"]["toolfid"]
+
+
+def _samples(out: Path, label: str) -> dict[str, dict]:
+    rows = [json.loads(line) for line in (out / label / "samples.jsonl").read_text().splitlines() if line.strip()]
+    return {r["doc"]["id"]: r for r in rows}
+
+
+def test_server_down_at_start_is_one_line(home: Path, tmp_path: Path) -> None:
+    url, stop = serve(Fake())
+    stop()  # nothing listens on that port now
+    code, _, err = _main(_run(url, tmp_path / "out"))
+    assert code == 4
+    assert "not reachable" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_served_pair_scores_and_reports_what_came_back(home: Path, tmp_path: Path) -> None:
+    fake = Fake(models=[{"id": "fake-base"}, {"id": "fake-ad", "parent": "fake-base"}])
+    url, stop = serve(fake)
+    try:
+        code, stdout, err = _main(_run(url, tmp_path / "out"))
+    finally:
+        stop()
+    assert code == 0, err[-2000:]
+    report = json.loads(stdout)
+    assert report["adapters"]["ad"]["metrics"]["base_json_valid_rate"] is not None  # paired
+    assert len(fake.requests) == 2 * N_CASES
+    assert {r["model"] for r in fake.requests} == {"fake-base", "fake-ad"}
+    assert all(r["temperature"] == 0 and r["stop"] == ["\n###"] for r in fake.requests)
+    served = _toolfid(tmp_path / "out", "ad")["served"]
+    assert served["shapes"] == {"text": N_CASES} and served["retried"] == 0
+    assert _toolfid(tmp_path / "out", "ad")["adapter_mechanism"] == "served"
+    # the report and the gate see a served adapter run as an adapter run of its base
+    code, stdout, err = _main(["compare", str(tmp_path / "out"), "--format", "json"])
+    rows = json.loads(stdout)
+    rows = rows.get("rows", rows) if isinstance(rows, dict) else rows
+    assert code == 0 and any(r.get("adapter") == "fake-ad" and r.get("model") == "fake-base" for r in rows), stdout
+    code, _, err = _main(["gate", str(tmp_path / "out")])
+    assert code in (0, 1, 2) and "ad" in err + _
+
+
+def test_transient_failures_are_retried(home: Path, tmp_path: Path) -> None:
+    url, stop = serve(Fake(plan=lambda n, body: "503" if n in (0, 1) else None))
+    try:
+        code, _, err = _main(_run(url, tmp_path / "out", "--concurrency", "1"))
+    finally:
+        stop()
+    assert code == 0, err[-2000:]
+    assert _toolfid(tmp_path / "out", "base")["served"]["retried"] == 1  # one request, asked three times
+
+
+def test_a_server_failing_mid_view_stops_it_and_resume_asks_only_the_rest(home: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    failing = {"on": True}
+    fake = Fake(plan=lambda n, body: "500" if failing["on"] and n >= 5 else None)
+    url, stop = serve(fake)
+    try:
+        code, _, err = _main(_run(url, out, "--concurrency", "1", "--max-retries", "1"))
+        assert code == 6, err[-2000:]
+        assert "failed a request" in err and "--resume" in err and "5 answers kept" in err
+        journal = out / ".served" / "base.jsonl"
+        assert len(journal.read_text().splitlines()) == 5
+        failing["on"] = False
+        fake.requests.clear()
+        code, stdout, err = _main(_run(url, out, "--concurrency", "3", "--resume"))
+    finally:
+        stop()
+    assert code == 0, err[-2000:]
+    assert len(fake.requests) == (N_CASES - 5) + N_CASES  # the base view's rest, then the adapter view
+    assert len(_samples(out, "base")) == N_CASES and not journal.exists()
+    assert json.loads(stdout)["adapters"]["ad"]["metrics"]["base_json_valid_rate"] is not None
+
+
+@pytest.mark.parametrize("what, words", [("garbage", "malformed response"), ("nochoices", "no choices"),
+                                         ("400", "refused a request")])
+def test_bad_answers_stop_the_view_in_one_line(home: Path, tmp_path: Path, what: str, words: str) -> None:
+    fake = Fake(plan=lambda n, body: what)
+    url, stop = serve(fake)
+    try:
+        code, _, err = _main(_run(url, tmp_path / "out", "--concurrency", "1", "--max-retries", "1"))
+    finally:
+        stop()
+    assert code == 6 and words in err, err[-2000:]
+    assert len(fake.requests) == (1 if what == "400" else 2)  # a 400 is not retried
+    assert "Traceback" not in err
+
+
+def test_a_cut_answer_and_an_echoed_stop_string_are_counted(home: Path, tmp_path: Path) -> None:
+    url, stop = serve(Fake(plan=lambda n, body: {0: "cut", 1: "echo"}.get(n)))
+    try:
+        code, _, err = _main(_run(url, tmp_path / "out", "--concurrency", "1", "--limit", "4"))
+    finally:
+        stop()
+    assert code == 0, err[-2000:]
+    served = _toolfid(tmp_path / "out", "base")["served"]
+    assert served["cut_by_max_tokens"] == 1 and served["stop_string_echoed"] == 1
+    samples = _samples(tmp_path / "out", "base")
+    outcomes = sorted(s["cases_scored"]["ft"]["kind"] for s in samples.values())
+    assert outcomes.count("malformed") == 1 and outcomes.count("valid") == 3  # the echo was cut off and scores
+
+
+def test_chat_path_sends_tools_and_scores_structured_calls(home: Path, tmp_path: Path, smollm2: Path) -> None:
+    plan = {0: "bad_args", 1: "tool_calls", 2: "tool_calls"}
+    fake = Fake(plan=lambda n, body: plan.get(n))
+    url, stop = serve(fake)
+    try:
+        code, _, err = _main(_run(url, tmp_path / "out", "--api", "chat", "--tokenizer", str(smollm2),
+                                  "--concurrency", "1", "--limit", "4"))
+    finally:
+        stop()
+    assert code == 0, err[-2000:]
+    first = fake.requests[0]
+    assert first["tools"] and first["tools"][0]["type"] == "function" and first["messages"][-1]["role"] == "user"
+    served = _toolfid(tmp_path / "out", "base")["served"]
+    assert served["shapes"] == {"tool_calls": 3, "text": 1}, served
+    assert served["parser_errors"] == 1 and "not JSON" in served["parser_error_example"]
+    kinds = [s["cases_scored"]["ft"]["kind"] for s in _samples(tmp_path / "out", "base").values()]
+    assert kinds.count("valid") == 3  # two structured calls and one text call; the unreadable arguments are not
+    assert kinds.count("wrong_shape") == 1
+    assert _toolfid(tmp_path / "out", "base")["run_key"]["base"]["backend"] == "openai-chat-tools"
+
+
+def test_an_adapter_named_without_its_base_is_refused(home: Path, tmp_path: Path) -> None:
+    url, stop = serve(Fake(models=[{"id": "fake-base"}, {"id": "fake-ad", "parent": "fake-base"}]))
+    try:
+        code, _, err = _main(["lm-eval", "--tasks", FIXTURE_TASK, "--model", "toolfid-server", "--model_args",
+                              f"model=fake-ad,base_url={url}", "--limit", "2"])
+    finally:
+        stop()
+    assert code == 4
+    assert "is an adapter of 'fake-base'" in err and "base_model" in err and "Traceback" not in err
+
+
+def test_served_names_the_server_does_not_serve_are_refused(home: Path, tmp_path: Path) -> None:
+    url, stop = serve(Fake())
+    try:
+        code, _, err = _main(_run(url, tmp_path / "out", adapter="no-such-lora"))
+    finally:
+        stop()
+    assert code == 4 and "does not serve 'no-such-lora'" in err
