@@ -28,12 +28,17 @@ class Fake:
     """What the endpoint does for request number n (0-based, generation requests only)."""
 
     plan: Callable[[int, dict[str, Any]], str | None] = lambda n, body: None
-    """Returns None (answer normally) or one of: ``"500"`` / ``"503"`` / ``"400"`` (that status), ``"garbage"``
+    """Returns None (answer normally) or one of: ``"down"`` (the whole server answers 503 from now on),
+    ``"500"`` / ``"503"`` / ``"400"`` (that status, the server otherwise healthy), ``"garbage"``
     (a body that is not JSON), ``"nochoices"`` (JSON without choices), ``"cut"`` (half a call, finish_reason
     length), ``"echo"`` (the call followed by the first stop string), ``"tool_calls"``, ``"bad_args"``."""
     models: list[dict[str, Any]] = field(default_factory=lambda: [{"id": "fake-base", "object": "model"},
                                                                   {"id": "fake-ad", "object": "model"}])
     requests: list[dict[str, Any]] = field(default_factory=list)
+    replay: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    """Request text → a recorded (status, body) of a real server, answered for a request that contains it."""
+    down: bool = False
+    """Set by a ``"down"`` answer: every request (``/v1/models`` too) gets 503 until cleared."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def answer(self, body: dict[str, Any]) -> tuple[int, bytes]:
@@ -41,6 +46,13 @@ class Fake:
             n = len(self.requests)
             self.requests.append(body)
         what = self.plan(n, body)
+        if what == "down":
+            self.down = True
+        if self.down:
+            return 503, b'{"error": {"message": "down"}}'
+        for needle, recorded in self.replay.items():
+            if needle in json.dumps(body.get("messages") or body.get("prompt"), ensure_ascii=False):
+                return recorded
         if what in ("500", "503", "400"):
             return int(what), b'{"error": {"message": "on purpose"}}'
         if what == "garbage":
@@ -76,6 +88,19 @@ class Fake:
         return {"name": "unknown_tool", "arguments": {}}
 
 
+def recorded_replay(path: str) -> dict[str, tuple[int, bytes]]:
+    """A file written by bench/record_served_tool_calls.py → :attr:`Fake.replay` (keyed by each case's request)."""
+    from lm_eval_toolfid.cases.bundled import default_cases_path
+
+    requests = {c.id: c.prompt for c in load_cases(str(default_cases_path()))}
+    out = {}
+    for line in open(path, encoding="utf-8"):
+        if line.strip():
+            row = json.loads(line)
+            out[json.dumps(requests[row["case_id"]], ensure_ascii=False)[1:-1]] = (row["status"], row["body"].encode())
+    return out
+
+
 def serve(fake: Fake) -> tuple[str, Callable[[], None]]:
     """Start the endpoint on an ephemeral loopback port; returns its URL and a stop function."""
 
@@ -91,7 +116,9 @@ def serve(fake: Fake) -> tuple[str, Callable[[], None]]:
             self.wfile.write(payload)
 
         def do_GET(self) -> None:  # noqa: N802
-            if self.path.rstrip("/").endswith("/models"):
+            if fake.down:
+                self._send(503, b"{}")
+            elif self.path.rstrip("/").endswith("/models"):
                 self._send(200, json.dumps({"object": "list", "data": fake.models}).encode())
             else:
                 self._send(404, b"{}")

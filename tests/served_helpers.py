@@ -23,16 +23,17 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, log: Path, port: int | None = None) -> None:
+    def __init__(self, log: Path, port: int | None = None, threads: int = 1, extra: list[str] | None = None) -> None:
+        self.threads, self.extra = threads, list(extra or [])
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 120.0) -> Server:
-        env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+        env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS=str(self.threads), TOKENIZERS_PARALLELISM="false")
         self.proc = subprocess.Popen([TRANSFORMERS, "serve", "--host", "127.0.0.1", "--port", str(self.port),
-                                      "--device", "cpu", "--log-level", "warning"],
+                                      "--device", "cpu", "--log-level", "warning", *self.extra],
                                      stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
         deadline = time.monotonic() + timeout

@@ -1,5 +1,5 @@
 """Served models against a real server: ``transformers serve`` on loopback, SmolLM2-135M-Instruct as the base and a
-LoRA merged into a copy of it (``transformers serve`` loads whole models), 6 default cases (at most 96 new tokens).
+LoRA merged into a copy of it (``transformers serve`` loads whole models), 4 default cases (at most 96 new tokens).
 
 - ``toolfid run --server`` pairs the served base and adapter views; the base view's per-case scored answers equal
   plain ``lm_eval --model hf`` on the same weights (the merged adapter's too: checked when this was built, left out
@@ -27,7 +27,7 @@ from .served_helpers import Server, merged_copy
 
 pytestmark = pytest.mark.slow
 TASK = "tool_use_fidelity"
-N = 6
+N = 4
 MAX_NEW = 96  # a SmolLM2 call is 30-80 tokens; the prose adapter runs on to this
 PROSE = "I would rather tell you about bread: flour, water, salt and a patient night in a cool kitchen."
 
@@ -133,11 +133,11 @@ def test_lm_eval_local_completions_scores_alike_and_writes_the_same_reference(se
     base_results, base = _view(root / "run" / "base")
     proc = _toolfid(["lm-eval", "--tasks", TASK, "--model", "local-completions", "--model_args",
                      f"model={smollm2},base_url={url}/v1/completions,tokenized_requests=False", "--metadata",
-                     json.dumps({"cases": str(served["cases"])}), "--limit", "3", "--output_path", str(root / "lc"),
+                     json.dumps({"cases": str(served["cases"])}), "--limit", "2", "--output_path", str(root / "lc"),
                      "--log_samples"], served["home"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     lc = _lm_eval_samples(root / "lc")
-    assert len(lc) == 3 and {cid: _scored(s) for cid, s in lc.items()} == {cid: _scored(base[cid]) for cid in lc}
+    assert len(lc) == 2 and {cid: _scored(s) for cid, s in lc.items()} == {cid: _scored(base[cid]) for cid in lc}
     # the same base key as toolfid-server's (a subset reference beside the whole one)
     lc_meta = json.loads(sorted((root / "lc").rglob("results_*.json"))[-1].read_text())["configs"][TASK]["metadata"]
     assert lc_meta["toolfid"]["run_key"]["base"] == _meta(base_results)["run_key"]["base"]
@@ -181,13 +181,13 @@ def test_a_server_killed_mid_run_stops_the_view_and_resume_completes_it(served: 
 def test_the_chat_path_sends_tools_and_scores_what_comes_back(served: dict, smollm2: Path) -> None:
     root, url = served["root"], served["server"].url
     proc = _toolfid(["run", "--server", url, "--api", "chat", "--base", str(smollm2), "--adapter",
-                     f"prose={served['merged']}", "--cases", str(served["cases"]), "--limit", "3", "--output",
+                     f"prose={served['merged']}", "--cases", str(served["cases"]), "--limit", "2", "--output",
                      str(root / "chat"), "--json"],
                     root / "home-chat")
     assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
     results, samples = _view(root / "chat" / "prose")
     meta = _meta(results)
     assert meta["run_key"]["base"]["backend"] == "openai-chat-tools" and meta["prompt_style"] == "chat"
-    assert sum(meta["served"]["shapes"].values()) == 3  # SmolLM2's template ignores tools=: text comes back
+    assert sum(meta["served"]["shapes"].values()) == 2  # SmolLM2's template ignores tools=: text comes back
     assert meta["pairing"].startswith("reference store: ")
     assert all(s["fidelity_pass"]["ft"]["kind"] for s in samples.values())

@@ -94,7 +94,7 @@ def test_transient_failures_are_retried(home: Path, tmp_path: Path) -> None:
 def test_a_server_failing_mid_view_stops_it_and_resume_asks_only_the_rest(home: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     failing = {"on": True}
-    fake = Fake(plan=lambda n, body: "500" if failing["on"] and n >= 5 else None)
+    fake = Fake(plan=lambda n, body: "down" if failing["on"] and n >= 5 else None)
     url, stop = serve(fake)
     try:
         code, _, err = _main(_run(url, out, "--concurrency", "1", "--max-retries", "1"))
@@ -102,7 +102,7 @@ def test_a_server_failing_mid_view_stops_it_and_resume_asks_only_the_rest(home: 
         assert "failed a request" in err and "--resume" in err and "5 answers kept" in err
         journal = out / ".served" / "base.jsonl"
         assert len(journal.read_text().splitlines()) == 5
-        failing["on"] = False
+        failing["on"], fake.down = False, False
         fake.requests.clear()
         code, stdout, err = _main(_run(url, out, "--concurrency", "3", "--resume"))
     finally:
@@ -114,7 +114,7 @@ def test_a_server_failing_mid_view_stops_it_and_resume_asks_only_the_rest(home: 
 
 
 @pytest.mark.parametrize("what, words", [("garbage", "malformed response"), ("nochoices", "no choices"),
-                                         ("400", "refused a request")])
+                                         ("400", "refused a request"), ("down", "failed a request")])
 def test_bad_answers_stop_the_view_in_one_line(home: Path, tmp_path: Path, what: str, words: str) -> None:
     fake = Fake(plan=lambda n, body: what)
     url, stop = serve(fake)
@@ -125,6 +125,21 @@ def test_bad_answers_stop_the_view_in_one_line(home: Path, tmp_path: Path, what:
     assert code == 6 and words in err, err[-2000:]
     assert len(fake.requests) == (1 if what == "400" else 2)  # a 400 is not retried
     assert "Traceback" not in err
+
+
+def test_a_request_a_healthy_server_always_fails_is_scored_as_no_call(home: Path, tmp_path: Path) -> None:
+    """transformers serve's tool parser answers 500 to a call whose JSON does not close: that case, not the view."""
+    fake = Fake(plan=lambda n, body: "500" if "Osaka" in json.dumps(body) else None)
+    url, stop = serve(fake)
+    try:
+        code, _, err = _main(_run(url, tmp_path / "out", "--concurrency", "1", "--max-retries", "1", "--limit", "4"))
+    finally:
+        stop()
+    assert code == 0, err[-2000:]
+    served = _toolfid(tmp_path / "out", "base")["served"]
+    assert served["server_errors"] == 1 and "HTTP 500" in served["server_error_example"]
+    kinds = {cid: s["cases_scored"]["ft"]["kind"] for cid, s in _samples(tmp_path / "out", "base").items()}
+    assert kinds.pop("fx-000") not in ("valid", "invalid") and set(kinds.values()) == {"valid"}
 
 
 def test_a_cut_answer_and_an_echoed_stop_string_are_counted(home: Path, tmp_path: Path) -> None:
@@ -180,3 +195,66 @@ def test_served_names_the_server_does_not_serve_are_refused(home: Path, tmp_path
     finally:
         stop()
     assert code == 4 and "does not serve 'no-such-lora'" in err
+
+
+def test_an_adapter_served_by_another_server_pairs_through_base_server(home: Path, tmp_path: Path) -> None:
+    """llama.cpp serves one model (with its --lora) per server: the adapter run names the base's server."""
+    base_url, stop_a = serve(Fake())
+    ad_url, stop_b = serve(Fake(models=[{"id": "fake-ad"}]))
+    common = ["--tasks", FIXTURE_TASK, "--model", "toolfid-server", "--limit", "4", "--log_samples"]
+    try:
+        code, _, err = _main(["lm-eval", *common, "--model_args", f"model=fake-base,base_url={base_url}",
+                              "--output_path", str(tmp_path / "base")])
+        assert code == 0, err[-2000:]
+        meta = {"base_model": "fake-base", "base_server": base_url}
+        code, _, err = _main(["lm-eval", *common, "--model_args", f"model=fake-ad,base_url={ad_url}",
+                              "--metadata", json.dumps(meta), "--output_path", str(tmp_path / "ad")])
+        assert code == 0, err[-2000:]
+        code, _, err = _main(["lm-eval", *common, "--model_args", f"model=fake-ad,base_url={ad_url}",
+                              "--metadata", json.dumps({"base_model": "fake-base"}), "--output_path",
+                              str(tmp_path / "unpaired")])
+        assert code == 0, err[-2000:]
+    finally:
+        stop_a()
+        stop_b()
+
+    def pairing(folder: Path) -> str:
+        results = json.loads(sorted(folder.rglob("results_*.json"))[-1].read_text())
+        return results["configs"][FIXTURE_TASK]["metadata"]["toolfid"]["pairing"]
+
+    assert pairing(tmp_path / "ad").startswith("reference store: ")
+    assert pairing(tmp_path / "unpaired").startswith("none: ")  # another server is another base
+
+
+def test_real_structured_tool_calls_recorded_from_transformers_serve(home: Path, tmp_path: Path, smollm2: Path) -> None:
+    """Responses of a real ``transformers serve`` (SmolLM2 + a LoRA trained to write ``<tool_call>``, merged, its
+    tokenizer declaring the ``<tool_call>`` response template), recorded by bench/record_served_tool_calls.py:
+    4 structured ``tool_calls`` and 2 HTTP 500s (its tool parser failing on a call whose JSON does not close)."""
+    from lm_eval_toolfid.cases.bundled import default_cases_path
+
+    from .fake_server import recorded_replay
+
+    data = Path(__file__).parent / "data" / "served_tool_calls.jsonl"
+    ids = [json.loads(x)["case_id"] for x in data.read_text().splitlines() if x.strip()]
+    rows = [json.loads(x) for x in default_cases_path().read_text().splitlines() if x.strip()]
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("".join(json.dumps(r) + "\n" for r in rows if r["id"] in ids))
+    url, stop = serve(Fake(replay=recorded_replay(str(data))))
+    try:
+        code, _, err = _main(["run", "--server", url, "--api", "chat", "--base", "fake-base", "--adapter", "ad=fake-ad",
+                              "--task", FIXTURE_TASK,
+                              "--tokenizer", str(smollm2), "--cases", str(cases), "--output", str(tmp_path / "out"),
+                              "--json", "--max-retries", "0"])
+    finally:
+        stop()
+    assert code in (0, 1, 2), err[-2000:]
+    served = _toolfid(tmp_path / "out", "ad")["served"]
+    assert served["shapes"] == {"tool_calls": 4, "server_error": 2} and served["parser_errors"] == 0
+    samples = _samples(tmp_path / "out", "ad")
+    recorded = {json.loads(x)["case_id"]: json.loads(x) for x in data.read_text().splitlines() if x.strip()}
+    for cid in ("hr-0013", "travel-0002", "music-0005", "home-0002"):
+        call = json.loads(recorded[cid]["body"])["choices"][0]["message"]["tool_calls"][0]["function"]
+        ft = samples[cid]["fidelity_pass"]["ft"]
+        assert ft["n_calls"] == 1 and ft["name"] == call["name"]  # the server's structured call, as scored
+        assert ft["arguments"] == json.loads(call["arguments"])
+    assert samples["shipping-0008"]["fidelity_pass"]["ft"]["n_calls"] == 0

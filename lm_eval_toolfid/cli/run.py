@@ -100,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from lm_eval_toolfid.runtime.served import ServerError
 
     try:
-        if args.server:
+        if getattr(args, "server", None):  # `toolfid demo` shares this command without the served options
             base_view, adapter_views = _run_served(args, adapters, out, metadata, progress)
         else:
             base_view, adapter_views = _run(args, adapters, out, metadata, progress)

@@ -154,16 +154,20 @@ def served_adapter(model_args: dict[str, Any], base_model: str | None,
 
 
 def served_identity(model_args: dict[str, Any], base_model: str | None, backend: str,
-                    listing: list[dict[str, Any]] | None, tokenizer: str | None) -> dict[str, Any]:
-    """The base identity of a served run (see the module docstring)."""
+                    listing: list[dict[str, Any]] | None, tokenizer: str | None,
+                    base_server: str | None = None) -> dict[str, Any]:
+    """The base identity of a served run (see the module docstring). ``base_server``: an adapter run whose base is
+    served by another server (llama.cpp: one server per adapter) names the base's server; its ``/v1/models`` card
+    is then not known here and left out — on both sides, since a base run's own card is kept only for the
+    ``parent``/``root`` fields vLLM reports."""
     from lm_eval_toolfid.pairing.identity import ADAPTER_KEYS, LM_EVAL_BOOKKEEPING_KEYS, NON_IDENTITY_KEYS
 
     name = str(base_model or model_args.get("model") or model_args.get("pretrained") or "")
     ident: dict[str, Any] = {k: str(v) for k, v in sorted(model_args.items())
                              if k not in SERVER_KEYS_NOT_IDENTITY and k not in NON_IDENTITY_KEYS
                              and k not in ADAPTER_KEYS and k not in LM_EVAL_BOOKKEEPING_KEYS and v not in (None, "")}
-    ident.update(backend=backend, server=server_origin(str(model_args["base_url"])), served_model=name)
-    card = model_card(listing or [], name)
+    ident.update(backend=backend, server=server_origin(str(base_server or model_args["base_url"])), served_model=name)
+    card = model_card(listing or [], name) if not base_server else None
     if card:
         ident["model_card"] = json.dumps(card, sort_keys=True)
     ident.update(_name_fingerprint(name))

@@ -42,12 +42,15 @@ class ServerError(ToolfidError):
 class ServedAnswer:
     text: str
     shape: str
-    """``text``, ``tool_calls`` or ``empty``."""
+    """``text``, ``tool_calls``, ``empty`` or ``server_error`` (a healthy server failed this one request every
+    time: e.g. ``transformers serve``'s tool parser answers 500 to a call whose JSON does not close)."""
     finish_reason: str | None = None
     parser_error: str | None = None
     retries: int = 0
     tokens: int = 0
     """Completion tokens the server reports (``usage``), 0 when it does not."""
+    error: str | None = None
+    """``server_error``: what the server answered every time (the text is empty and scores as no call)."""
 
 
 def _calls_text(tool_calls: list[Any]) -> tuple[str, str | None]:
@@ -151,7 +154,7 @@ class ServerClient:
     def ask(self, payload: dict[str, Any]) -> ServedAnswer:
         url = f"{self.root}/{'chat/completions' if self.api == 'chat' else 'completions'}"
         data = json.dumps({"model": self.model, **payload}, ensure_ascii=False).encode()
-        last = ""
+        last, status = "", None
         for attempt in range(self.max_retries + 1):
             if attempt:
                 time.sleep(min(self.backoff * 2 ** (attempt - 1), 8.0))
@@ -161,12 +164,12 @@ class ServerClient:
                     raw = response.read()
             except urllib.error.HTTPError as exc:
                 detail = one_line(exc.read()[:200].decode("utf-8", "replace")) if exc.fp else ""
-                last = f"HTTP {exc.code} {detail}".strip()
+                last, status = f"HTTP {exc.code} {detail}".strip(), exc.code
                 if exc.code in RETRY_STATUS:
                     continue
                 raise ServerError(f"server {self.origin} refused a request for {self.model!r}: {last}") from None
             except (urllib.error.URLError, OSError) as exc:  # refused, reset, timed out
-                last = one_line(str(getattr(exc, "reason", exc)))
+                last, status = one_line(str(getattr(exc, "reason", exc))), None
                 continue
             try:
                 answer = answer_of(json.loads(raw), self.api)
@@ -175,8 +178,20 @@ class ServerClient:
                 continue
             return ServedAnswer(answer.text, answer.shape, answer.finish_reason, answer.parser_error, attempt,
                                 answer.tokens)
+        if status is not None and status >= 500 and self.healthy():
+            # the server is up and answers others: this request's answer is what it cannot produce (the model's
+            # output broke its parser); recorded and scored as no call, counted per view
+            return ServedAnswer("", "server_error", None, None, self.max_retries, 0, last[:300])
         raise ServerError(f"server {self.origin} failed a request for {self.model!r} {self.max_retries + 1} times "
                           f"(last: {last})")
+
+    def healthy(self) -> bool:
+        """The server answers ``/v1/models``."""
+        try:
+            with urllib.request.urlopen(f"{self.root}/models", timeout=min(self.timeout, 10.0)) as response:  # noqa: S310
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
 
 
 def ask_all(client: ServerClient, payloads: list[dict[str, Any]], journal: Journal, concurrency: int = 8,

@@ -96,13 +96,14 @@ class ToolfidServerLM(LM):
 def served_info(answer: ServedAnswer) -> dict[str, Any]:
     """What a served answer says about how it came back (per case; summed by :func:`summarize_served`)."""
     return {"shape": answer.shape, "finish_reason": answer.finish_reason, "parser_error": answer.parser_error,
-            "retries": answer.retries}
+            "retries": answer.retries, "error": answer.error}
 
 
 def summarize_served(infos: list[dict[str, Any] | None], echoed: int) -> dict[str, Any]:
-    """Per view: which shape came back (``text`` / ``tool_calls`` / ``empty``), tool-call arguments the scorer
-    could not read as JSON, answers cut by ``max_tokens``, retried requests, and answers that carried the stop
-    string (cut off before scoring)."""
+    """Per view: which shape came back (``text`` / ``tool_calls`` / ``empty`` / ``server_error``), tool-call
+    arguments the scorer could not read as JSON, answers cut by ``max_tokens``, retried requests, requests a healthy
+    server failed every time (``server_errors``: scored as no call), and answers that carried the stop string (cut
+    off before scoring)."""
     got = [i for i in infos if isinstance(i, dict)]
     out: dict[str, Any] = {"answers": len(got), "stop_string_echoed": echoed}
     if got:
@@ -113,4 +114,10 @@ def summarize_served(infos: list[dict[str, Any] | None], echoed: int) -> dict[st
         first = next((i["parser_error"] for i in got if i.get("parser_error")), None)
         if first:
             out["parser_error_example"] = first
+        out["server_errors"] = sum(1 for i in got if i["shape"] == "server_error")
+        failed = next((i["error"] for i in got if i.get("error")), None)
+        if failed:
+            out["server_error_example"] = failed
+            log.warning("tool_use_fidelity: %d of %d requests failed on the server every time it was asked (e.g. %s); "
+                        "they score as no call", out["server_errors"], len(got), failed)
     return out

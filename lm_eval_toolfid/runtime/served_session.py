@@ -73,6 +73,10 @@ def run_served_views(server: str, base: str, adapters: dict[str, str], task: str
     with the same manifest and the answers a stopped view journaled."""
     session = ServedSession(server, base, api, concurrency, tokenizer, timeout, max_retries, progress, verbose,
                             resume)
+    same = [label for label, name in adapters.items() if name == base]
+    if same:
+        raise ToolfidError(f"adapter {same[0]!r} is the base model's own name: an adapter view needs the served name of "
+                           "the adapter (vLLM --lora-modules NAME=PATH, SGLang BASE:NAME, a merged copy's path)")
     session.check_names([base, *adapters.values()])
     done: dict[str, ViewResult] = {}
     if resume and out_dir is not None:

@@ -19,7 +19,7 @@ from lm_eval_toolfid.scoring.verdict import VerdictConfig
 
 SETTING_KEYS = ("cases", "demos", "plain_demos", "allowed_tools", "base_samples", "calibration", "write_reference",
                 "string_arguments", "backend", "prompt_style", "prompt_template", "system_prompt",
-                "chat_template", "verify", "check_stops", "prefix_cache", "base_model")
+                "chat_template", "verify", "check_stops", "prefix_cache", "base_model", "base_server")
 OTHER_TASK_KEYS = {"reference_dir", "version", "toolfid", "config_source"}
 """Keys the task (or lm-eval's YAML) owns that are not model arguments."""
 
@@ -59,6 +59,8 @@ class TaskSettings(BaseModel):
     base_model: str | None = None
     """Served runs (``base_url=`` in the model args): the served model name of the base this adapter run pairs
     with; absent, the run is a base run (a model the server lists as an adapter is refused)."""
+    base_server: str | None = None
+    """Served adapter runs whose base is served elsewhere (llama.cpp: a server per adapter): the base's server URL."""
     verdict: VerdictConfig = VerdictConfig()
     model_args: dict[str, Any] = Field(default_factory=dict)
     raw: dict[str, Any] = Field(default_factory=dict)

@@ -346,7 +346,10 @@ class ToolUseFidelityTask(ConfigurableTask):
         shape = SERVED_BACKENDS.get(self.backend, self.backend)
         if self.backend == "toolfid-server" and str(s.model_args.get("api", "completions")) == "chat":
             shape = "openai-chat-tools"
-        return served_identity(s.model_args, s.base_model, shape, listing, s.tokenizer_source)
+        if s.base_server and not s.is_adapter_run:
+            raise ToolfidError("base_server names the base's server for an adapter run: pass base_model too")
+        return served_identity(s.model_args, s.base_model, shape, listing, s.tokenizer_source,
+                               s.base_server if s.is_adapter_run else None)
 
     def _run_key(self, lm_requests: dict[str, Any]) -> RunKey | None:
         if self.settings.served:
