@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
@@ -29,7 +30,8 @@ class Fake:
 
     plan: Callable[[int, dict[str, Any]], str | None] = lambda n, body: None
     """Returns None (answer normally) or one of: ``"down"`` (the whole server answers 503 from now on),
-    ``"500"`` / ``"503"`` / ``"400"`` (that status, the server otherwise healthy), ``"garbage"``
+    ``"500"`` / ``"503"`` / ``"400"`` (that status, the server otherwise healthy), ``"slow"`` (answers after 2.5 s),
+    ``"garbage"``
     (a body that is not JSON), ``"nochoices"`` (JSON without choices), ``"cut"`` (half a call, finish_reason
     length), ``"echo"`` (the call followed by the first stop string), ``"tool_calls"``, ``"bad_args"``."""
     models: list[dict[str, Any]] = field(default_factory=lambda: [{"id": "fake-base", "object": "model"},
@@ -55,6 +57,8 @@ class Fake:
                 return recorded
         if what in ("500", "503", "400"):
             return int(what), b'{"error": {"message": "on purpose"}}'
+        if what == "slow":  # past the client's timeout; the client gives up and asks again
+            time.sleep(2.5)
         if what == "garbage":
             return 200, b"<html>not json</html>"
         if what == "nochoices":

@@ -91,6 +91,18 @@ def test_transient_failures_are_retried(home: Path, tmp_path: Path) -> None:
     assert _toolfid(tmp_path / "out", "base")["served"]["retried"] == 1  # one request, asked three times
 
 
+def test_a_timed_out_request_is_asked_again(home: Path, tmp_path: Path) -> None:
+    fake = Fake(plan=lambda n, body: "slow" if n == 0 else None)
+    url, stop = serve(fake)
+    try:
+        code, _, err = _main(_run(url, tmp_path / "out", "--concurrency", "1", "--timeout", "1", "--limit", "3"))
+    finally:
+        stop()
+    assert code == 0, err[-2000:]
+    assert _toolfid(tmp_path / "out", "base")["served"]["retried"] == 1
+    assert len(_samples(tmp_path / "out", "base")) == 3
+
+
 def test_a_server_failing_mid_view_stops_it_and_resume_asks_only_the_rest(home: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     failing = {"on": True}
@@ -258,3 +270,14 @@ def test_real_structured_tool_calls_recorded_from_transformers_serve(home: Path,
         assert ft["n_calls"] == 1 and ft["name"] == call["name"]  # the server's structured call, as scored
         assert ft["arguments"] == json.loads(call["arguments"])
     assert samples["shipping-0008"]["fidelity_pass"]["ft"]["n_calls"] == 0
+
+
+def test_lm_evals_chat_completions_class_is_refused_in_one_line(home: Path, tmp_path: Path) -> None:
+    url, stop = serve(Fake())
+    try:
+        code, _, err = _main(["lm-eval", "--tasks", FIXTURE_TASK, "--model", "local-chat-completions", "--model_args",
+                              f"model=fake-base,base_url={url}/v1/chat/completions,tokenizer_backend=None",
+                              "--apply_chat_template", "--limit", "2"])
+    finally:
+        stop()
+    assert code == 4 and "api=chat" in err and "Traceback" not in err, err[-2000:]

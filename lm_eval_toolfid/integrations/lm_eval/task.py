@@ -340,6 +340,10 @@ class ToolUseFidelityTask(ConfigurableTask):
         s = self.settings
         listing = list_models(str(s.model_args["base_url"]))
         served_adapter(s.model_args, s.base_model, listing)
+        if self.backend in ("local-chat-completions", "openai-chat-completions"):
+            raise ToolfidError(f"lm-eval's {self.backend} sends no per-case tools= and wraps the prompt in messages: use "
+                               "--model toolfid-server with api=chat (the conversation and the case's tools), or "
+                               "--model local-completions with tokenized_requests=False (the prompt the task renders)")
         if self.backend == "local-completions" and str(s.model_args.get("tokenized_requests", "true")).lower() != "false":
             raise ToolfidError("tool_use_fidelity sends the prompt text it renders: add tokenized_requests=False to "
                                "--model_args (token ids would be re-tokenized client-side and cut at max_length)")
