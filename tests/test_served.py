@@ -4,6 +4,7 @@ LoRA merged into a copy of it (``transformers serve`` loads whole models), 4 def
 - ``toolfid run --server`` pairs the served base and adapter views; the base view's per-case scored answers equal
   plain ``lm_eval --model hf`` on the same weights (the merged adapter's too: checked when this was built, left out
   of the suite for time); the verdict equals the in-process ``toolfid run`` with the PEFT adapter.
+- the chat and raw styles (``tool_use_fidelity_chat``, ``_raw``) score alike served and in plain ``lm_eval --model hf``;
 - lm-eval's own ``local-completions`` (``tokenized_requests=False``) scores the base alike and writes the same base
   reference (so either flow pairs with the other); without ``tokenized_requests=False`` it is refused in one line.
 - The server killed mid-run: the view stops (exit 6), its answers are kept, ``--resume`` against the restarted
@@ -47,8 +48,8 @@ def _view(folder: Path) -> tuple[dict, dict[str, dict]]:
     return results, {r["doc"]["id"]: r for r in rows}
 
 
-def _lm_eval_samples(out: Path) -> dict[str, dict]:
-    path = sorted(out.rglob(f"samples_{TASK}_*.jsonl"))[-1]
+def _lm_eval_samples(out: Path, task: str = TASK) -> dict[str, dict]:
+    path = sorted(out.rglob(f"samples_{task}_*.jsonl"))[-1]
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     return {r["doc"]["id"]: r for r in rows}
 
@@ -116,6 +117,27 @@ def test_served_views_pair_and_the_base_equals_lm_eval_hf(served: dict, smollm2:
     assert not differ, [(cid, _scored(hf[cid]), _scored(base[cid])) for cid in differ[:2]]
     # the adapter changed something, and the verdict saw it
     assert _meta(ad_results)["summary"]["metrics"]["identical_output_rate"] < 1.0
+
+
+STYLE_TASKS = ["tool_use_fidelity_chat", "tool_use_fidelity_raw"]
+"""With ``tool_use_fidelity`` (SmolLM2: ``auto`` → primed plain-v3, the base run above): every prompt style the task
+folder has a task for — the chat template rendered locally and sent as text, and the bare request."""
+
+
+def test_every_prompt_style_scores_alike_served_and_in_process(served: dict, smollm2: Path) -> None:
+    root, url = served["root"], served["server"].url
+    meta = json.dumps({"cases": str(served["cases"])})
+    tasks = ",".join(STYLE_TASKS)
+    proc = _toolfid(["lm-eval", "--tasks", tasks, "--model", "toolfid-server", "--model_args",
+                     f"model={smollm2},base_url={url}", "--metadata", meta, "--limit", "2", "--output_path",
+                     str(root / "styles-served"), "--log_samples"], root / "home-styles-served")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    hf = lm_eval_cli(f"pretrained={smollm2}", root / "styles-hf", root / "home-styles-hf", task=tasks,
+                     metadata={"cases": str(served["cases"])}, extra=["--limit", "2", "--batch_size", "1"])
+    assert hf.returncode == 0, hf.stderr[-3000:]
+    for task in STYLE_TASKS:
+        a, b = _lm_eval_samples(root / "styles-served", task), _lm_eval_samples(root / "styles-hf", task)
+        assert len(a) == 2 and {c: _scored(s) for c, s in a.items()} == {c: _scored(s) for c, s in b.items()}, task
 
 
 def test_the_verdict_equals_the_in_process_flow(served: dict, smollm2: Path) -> None:
