@@ -15,6 +15,7 @@ behind the same name (a different ``root``) or another tokenizer is another base
 
 from __future__ import annotations
 
+import hashlib
 import json
 import urllib.error
 import urllib.parse
@@ -123,8 +124,6 @@ def tokenizer_fingerprint(source: str | None) -> str | None:
         files = [p for p in sorted(local.iterdir()) if p.is_file() and (
             p.name.startswith(("tokenizer", "special_tokens", "vocab", "merges", "added_tokens", "chat_template"))
             or p.suffix == ".jinja")]
-        import hashlib
-
         h = hashlib.sha256()
         for file in files:
             h.update(file.name.encode())

@@ -50,7 +50,6 @@ class ToolfidServerLM(LM):
         self.tokenizer_source = tokenizer
         self.answer_hook: Any = None
         """Called ``(answer)`` as each answer arrives (``toolfid run``'s progress line)."""
-        self.shapes: Counter[str] = Counter()
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict[str, Any] | None = None) -> Any:
@@ -69,7 +68,6 @@ class ToolfidServerLM(LM):
         if self.api == "chat":
             chat = getattr(request, "toolfid_chat", None)
             prompt = chat if chat is not None else {"messages": [{"role": "user", "content": context}]}
-            until = [u for u in until if u]  # the server's template ends the turn
         else:
             prompt = context
         return self.client.payload(prompt, max_tokens, [u for u in until if u])
@@ -82,7 +80,6 @@ class ToolfidServerLM(LM):
                           on_answer=(lambda i, a: hook(a)) if hook is not None else None)
         for request, answer in zip(requests, answers):
             request.toolfid_served = served_info(answer)
-            self.shapes[answer.shape] += 1
         return [a.text for a in answers]
 
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
