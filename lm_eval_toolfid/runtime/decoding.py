@@ -409,8 +409,13 @@ class _Batch:
             items.sort(key=lambda it: -(len(it[1].prompt) - self.plan.depth(it[2])))
         for group in self._groups(items, lambda it: len(it[1].prompt) - self._depth(it[2])):
             self._prompt_pass(group, finished, joining, drafting)
-        if drafting:
-            self._draft_passes(drafting, finished, joining)
+        # drafts in passes of rows of like prompt length, within the padded-token budget: a verification pass
+        # reads every row's KV up to its longest prompt (under grouped-query attention, expanded per query head),
+        # so one pass for all rows admitted together — sorted by prompt, not by length, when prefixes are
+        # shared — made each draft chunk cost the longest row's columns for every row
+        drafting.sort(key=lambda d: -len(d[1].prompt))
+        for group in self._groups(drafting, lambda d: len(d[1].prompt)):
+            self._draft_passes(group, finished, joining)
         if joining:
             self._merge(joining)
         return finished
