@@ -187,6 +187,31 @@ def test_shared_prefixes_give_the_tokens_of_whole_prompts(fixture_model: dict, b
     assert _same_or_near_tie(verified, whole, f"{view} verified") == 0
 
 
+def test_drafts_are_verified_in_passes_of_like_length(fixture_model: dict, base_tokens: list,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A verification pass reads its rows' KV up to the longest prompt among them, so rows admitted together
+    (sorted by prompt when prefixes are shared, not by length) go to passes of like length within the padded
+    budget, as prompt passes do; the tokens stay plain decoding's."""
+    from lm_eval_toolfid.runtime import decoding
+
+    groups: list[list[int]] = []
+    real = decoding._Batch._draft_passes
+
+    def spy(self, drafting, finished, joining):  # noqa: ANN001, ANN202
+        groups.append([len(d[1].prompt) for d in drafting])
+        return real(self, drafting, finished, joining)
+
+    monkeypatch.setattr(decoding._Batch, "_draft_passes", spy)
+    config = {"max_batch": 16, "prefill_tokens": 600, "max_padding": 0.1}
+    with _view(fixture_model, None):
+        out = _engine(fixture_model, **config).run(_rows(fixture_model, base_tokens))
+    assert [r.tokens for r in out] == base_tokens
+    assert sum(map(len, groups)) == len(base_tokens) and len(groups) > 1
+    for lengths in groups:
+        padded = max(lengths) * len(lengths)
+        assert len(lengths) == 1 or (padded <= 600 and padded - sum(lengths) <= 0.1 * padded), lengths
+
+
 def test_acceptance_follows_how_close_the_adapter_is(fixture_model: dict, base_tokens: list) -> None:
     rates = {}
     for view in fixture_model["adapters"]:
