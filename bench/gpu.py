@@ -76,21 +76,68 @@ class _NoStop:
 
 
 def run_engine(model: Any, rows_spec: list[tuple[list[int], Any]], batch: int | str, pad_id: int,
-               device: Any, share_prefixes: bool = True) -> tuple[float, int, int]:
-    from lm_eval_toolfid.runtime.batch_size import auto_batch_size, halve_on_oom
+               device: Any, share_prefixes: bool = True, drafts: list[list[int]] | None = None,
+               record_gaps: bool = False) -> tuple[float, int, int, list[Any]]:
+    """One view through the engine: wall, tokens generated, the batch it ran, each row's result (with
+    ``drafts``: a verified view, each row's draft the given tokens)."""
+    from lm_eval_toolfid.runtime.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
     from lm_eval_toolfid.runtime.decoding import EngineConfig, GreedyEngine, Row
 
     def rows() -> list[Row]:
-        return [Row(prompt=p, stopper=make(), max_new=make().max_new) for p, make in rows_spec]
+        return [Row(prompt=p, stopper=make(), max_new=make().max_new, draft=drafts[i] if drafts else ())
+                for i, (p, make) in enumerate(rows_spec)]
 
     size = batch if isinstance(batch, int) else auto_batch_size(
         model, device, [len(p) + make().max_new for p, make in rows_spec])
     sync(device)
     t0 = time.perf_counter()
     results, used, _ = halve_on_oom(lambda b, pt: GreedyEngine(model, pad_id, EngineConfig(
-        max_batch=b, prefill_tokens=pt, share_prefixes=share_prefixes)).run(rows()), size, device)
+        max_batch=b, prefill_tokens=pt, verify_logits=verify_logits_for(device, pt), share_prefixes=share_prefixes,
+        record_gaps=record_gaps)).run(rows()),
+        size, device)
     sync(device)
-    return time.perf_counter() - t0, sum(len(r.tokens) for r in results), min(used, len(rows_spec))
+    return time.perf_counter() - t0, sum(len(r.tokens) for r in results), min(used, len(rows_spec)), results
+
+
+def differing(a: list[Any], b: list[Any]) -> int:
+    """Rows whose tokens differ between two runs of the same view."""
+    return sum(x.tokens != y.tokens for x, y in zip(a, b))
+
+
+def exactness(model: Any, spec: list[tuple[list[int], Any]], pad_id: int, device: Any) -> list[str]:
+    """Each schedule of one view against the plain one (batch auto, prefixes computed whole): rows whose
+    tokens differ, and at each one's first difference the top-two logit gap in both runs (a difference is
+    rounding only where that gap is small), with the near ties the engine counted (``near_tie``)."""
+    from lm_eval_toolfid.runtime.decoding import near_tie_for
+
+    bound = near_tie_for(next(model.parameters()).dtype)
+    _, _, _, ref = run_engine(model, spec, "auto", pad_id, device, share_prefixes=False, record_gaps=True)
+    out = []
+    for how, kw in (("prefixes shared", dict(share_prefixes=True)),
+                    ("batch 16, prefixes computed whole", dict(batch=16, share_prefixes=False)),
+                    ("batch 16, prefixes shared", dict(batch=16, share_prefixes=True)),
+                    ("verified (draft = plain tokens), prefixes computed whole",
+                     dict(share_prefixes=False, drafts=[r.tokens for r in ref])),
+                    ("verified (draft = plain tokens), prefixes shared",
+                     dict(share_prefixes=True, drafts=[r.tokens for r in ref]))):
+        batch = kw.pop("batch", "auto")
+        wall, _, _, res = run_engine(model, spec, batch, pad_id, device, record_gaps=True, **kw)
+        gaps, silent = [], 0
+        for a, b in zip(ref, res):
+            if a.tokens != b.tokens:
+                i = next((j for j, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y),
+                         min(len(a.tokens), len(b.tokens)))
+                if i < min(len(a.gaps), len(b.gaps)):
+                    gaps.append(max(a.gaps[i], b.gaps[i]))
+                silent += not (b.near_ties + b.shared_near_ties)
+        ties = sum(r.near_ties + r.shared_near_ties for r in res)
+        n_diff = differing(ref, res)
+        out.append(f"{how} ({wall:.2f} s): rows differing {n_diff}/{len(res)}"
+                   + (f", top-two gap at the first difference <= {max(gaps):.3g} (median {sorted(gaps)[len(gaps) // 2]:.3g})"
+                      if gaps else "") + f", {silent} of them without a counted near tie"
+                   + f"; near ties counted (gap < {bound:g}): {ties}")
+        print("  " + out[-1], flush=True)
+    return out
 
 
 def run_generate(model: Any, rows_spec: list[tuple[list[int], Any]], batch: int, pad_id: int, stop: Any,
@@ -138,6 +185,10 @@ def main() -> None:
     parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (CUDA default)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--skip-generate", action="store_true", help="leave out transformers' generate")
+    parser.add_argument("--skip-batch16", action="store_true", help="leave out the engine at batch 16")
+    parser.add_argument("--exactness", nargs="*", default=["float32", "bfloat16"], metavar="DTYPE",
+                        help="dtypes to compare the fixture model's schedules in (default: float32 bfloat16)")
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each prefix-sharing setting (default: 2)")
     parser.add_argument("--no-write", action="store_true", help="print only; do not touch docs/performance.md")
     args = parser.parse_args()
     _common.threads()
@@ -149,7 +200,7 @@ def main() -> None:
     from lm_eval_toolfid.cases.load import load_cases
     from lm_eval_toolfid.prompts.prompter import render_prompt
     from lm_eval_toolfid.prompts.settings import PromptSettings
-    from lm_eval_toolfid.runtime.hflm import eos_token_ids
+    from lm_eval_toolfid.runtime.stopping import eos_token_ids
     from lm_eval_toolfid.runtime.stopping import RowStopper, make_stopping_criteria
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -164,10 +215,15 @@ def main() -> None:
     spec = [([rng.randrange(1000, 150000) for _ in range(n)], lambda: _NoStop(args.new_tokens)) for n in lengths]
     label = f"Qwen2-0.5B arch, random weights, {args.rows} rows x {args.new_tokens} new tokens, " \
             f"prompts mean {sum(lengths) / len(lengths):.0f} tok, {str(dtype).removeprefix('torch.')}"
-    for batch in ("auto", 16):
-        wall, toks, used = run_engine(model, spec, batch, 151643, device, share_prefixes=False)
-        table.append((label, f"engine, batch {batch} (ran {used})", wall, toks))
-        print(f"{table[-1][1]:34s} {wall:8.1f} s  {toks / wall:8.1f} tok/s", flush=True)
+
+    def show(how: str, wall: float, toks: int, note: str = "") -> None:
+        print(f"{how:70s} {wall:8.2f} s  {toks / wall:8.1f} tok/s  {note}", flush=True)
+
+    run_engine(model, spec[:8], "auto", 151643, device)  # warm-up (kernels, allocator): not timed
+    for batch in ("auto",) + (() if args.skip_batch16 else (16,)):
+        wall, toks, used, _ = run_engine(model, spec, batch, 151643, device, share_prefixes=False)
+        table.append((label, f"engine, batch {batch} (ran {used})", wall, toks, ""))
+        show(table[-1][1], wall, toks)
     # the same lengths, prompts sharing prefixes as the default set's chat prompts do (cases offering the same
     # tools): groups of 4 rows share their first 55% of tokens (the default set's chat prompts: 0.550 to compute)
     shared = []
@@ -176,16 +232,32 @@ def main() -> None:
         head = group[0][0][:int(0.55 * min(len(p) for p, _ in group))]
         shared += [(head + p[len(head):], make) for p, make in group]
     slabel = label + ", prompts sharing prefixes in groups of 4"
+    outputs: dict[bool, list[list[int]]] = {}
+    for rep in range(args.repeat):  # timings on a GPU vary between identical runs: each setting twice
+        for share in (False, True):
+            wall, toks, used, out = run_engine(model, shared, "auto", 151643, device, share_prefixes=share)
+            note = ""
+            if share in outputs or not share:
+                outputs.setdefault(share, out)
+            if share and False in outputs:
+                note = f"rows differing from prefixes computed whole: {differing(outputs[False], out)}/{len(out)}"
+            table.append((slabel, f"engine, batch auto (ran {used}), prefixes {'shared' if share else 'computed whole'}"
+                          f" (run {rep + 1})", wall, toks, note))
+            show(table[-1][1], wall, toks, note)
+    # a verified view (what an adapter view costs when its answers follow the base's): the same model, each row's
+    # draft the base view's tokens; every draft token is checked, nothing generated step by step if all agree
     for share in (False, True):
-        wall, toks, used = run_engine(model, shared, "auto", 151643, device, share_prefixes=share)
-        table.append((slabel, f"engine, batch auto (ran {used}), prefixes {'shared' if share else 'computed whole'}",
-                      wall, toks))
-        print(f"{table[-1][1]:34s} {wall:8.1f} s  {toks / wall:8.1f} tok/s", flush=True)
-    table.append((label, "compiled decode step", None, None))
+        wall, toks, used, out = run_engine(model, shared, "auto", 151643, device, share_prefixes=share,
+                                           drafts=[r.tokens for r in outputs[False]])
+        note = f"rows differing from the plain view: {differing(outputs[False], out)}/{len(out)}"
+        table.append((slabel, f"engine, verified view (draft = the plain view's tokens), prefixes "
+                      f"{'shared' if share else 'computed whole'}", wall, toks, note))
+        show(table[-1][1], wall, toks, note)
+    table.append((label, "compiled decode step", None, None, ""))
     if not args.skip_generate:
         wall, toks = run_generate(model, spec, 16, 151643, lambda chunk: {}, device)
-        table.append((label, "transformers generate, batch 16", wall, toks))
-        print(f"{table[-1][1]:34s} {wall:8.1f} s  {toks / wall:8.1f} tok/s", flush=True)
+        table.append((label, "transformers generate, batch 16", wall, toks, ""))
+        show(table[-1][1], wall, toks)
     del model
 
     # --- the fixture model on its cases (real prompts, real stops) ---------------------------
@@ -202,23 +274,37 @@ def main() -> None:
         return {"stopping_criteria": StoppingCriteriaList([make_stopping_criteria(tok, L, len(chunk), ["\n###"])])}
 
     label = f"fixture model, {len(cases)} cases, stop at the end of the call"
-    for batch, share in (("auto", True), ("auto", False), (16, True)):
-        wall, toks, used = run_engine(fx, spec, batch, tok.pad_token_id, device, share_prefixes=share)
+    first = None
+    run_engine(fx, spec[:8], "auto", tok.pad_token_id, device)  # warm-up: not timed
+    for batch, share in (("auto", False), ("auto", True), (16, True)):
+        wall, toks, used, out = run_engine(fx, spec, batch, tok.pad_token_id, device, share_prefixes=share)
+        first = first or out
+        note = f"rows differing from the first: {differing(first, out)}/{len(out)}" if out is not first else ""
         table.append((label, f"engine, batch {batch} (ran {used}), prefixes {'shared' if share else 'computed whole'}",
-                      wall, toks))
-        print(f"{table[-1][1]:34s} {wall:8.2f} s  {toks / wall:8.1f} tok/s", flush=True)
+                      wall, toks, note))
+        show(table[-1][1], wall, toks, note)
     if not args.skip_generate:
         wall, toks = run_generate(fx, spec, 16, tok.pad_token_id, stop, device)
-        table.append((label, "transformers generate, batch 16", wall, toks))
-        print(f"{table[-1][1]:34s} {wall:8.2f} s  {toks / wall:8.1f} tok/s", flush=True)
+        table.append((label, "transformers generate, batch 16", wall, toks, ""))
+        show(table[-1][1], wall, toks)
+
+    checks = []
+    for name_ in args.exactness:  # every schedule of a view against the plain one, per dtype
+        dt = getattr(torch, name_)
+        print(f"exactness, fixture model, {name_}:", flush=True)
+        m = fx if dt == dtype else AutoModelForCausalLM.from_pretrained(paths["base"], dtype=dt).to(device).eval()
+        checks += [f"- fixture model, {len(cases)} cases, {name_}, " + line for line in exactness(m, spec, tok.pad_token_id, device)]
 
     lines = [f"Device: **{name}**, torch {torch.__version__} (`bench/gpu.py "
              f"--rows {args.rows} --new-tokens {args.new_tokens} --prompt-scale {args.prompt_scale}`)", "",
-             "| model / view | generation | wall | generated tok/s |", "|---|---|---|---|"]
-    lines += [f"| {m} | {how} | {wall:.2f} s | {toks / wall:,.0f} |" if wall is not None else
+             "| model / view | generation | wall | generated tok/s | outputs |", "|---|---|---|---|---|"]
+    lines += [f"| {m} | {how} | {wall:.2f} s | {toks / wall:,.0f} | {note or '—'} |" if wall is not None else
               f"| {m} | {how} | not measured: no compiled step ships (on CPU, `torch.compile` of the decode step "
-              "compiled for 150 s, then ran 5x slower than eager and gave other logits; docs/performance.md) | — |"
-              for m, how, wall, toks in table]
+              "compiled for 150 s, then ran 5x slower than eager and gave other logits; docs/performance.md) | — | — |"
+              for m, how, wall, toks, note in table]
+    if checks:
+        lines += ["", "Outputs against the plain schedule (batch auto, prefixes computed whole), same model, same dtype:",
+                  ""] + checks
     text = "\n".join(lines)
     print("\n" + text)
     if not args.no_write and DOC.is_file():

@@ -52,7 +52,7 @@ def run_style(model: Any, tok: Any, path: Path, style: str, template: str, cases
     from lm_eval_toolfid.formats.call_end import AnswerWatch
     from lm_eval_toolfid.prompts.prompter import Prompter
     from lm_eval_toolfid.runtime.decoding import EngineConfig, GreedyEngine, Row
-    from lm_eval_toolfid.runtime.hflm import eos_token_ids
+    from lm_eval_toolfid.runtime.stopping import eos_token_ids
     from lm_eval_toolfid.runtime.stopping import RowStopper
     from lm_eval_toolfid.scoring.outcome import answer_text
 

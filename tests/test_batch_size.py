@@ -37,7 +37,7 @@ def test_auto_batch_is_what_free_memory_holds(fixture_lm: Any, monkeypatch: pyte
     model = fixture_lm.model
     rows = [300] * 100 + [1000]  # every row counted at the longest
     per_row = bs.kv_bytes_per_token(model) * 1000
-    reserve = bs.activation_reserve(model, bs.prefill_tokens_for(device))
+    reserve = bs.activation_reserve(model, bs.prefill_tokens_for(device), bs.verify_logits_for(device))
     cap = 101 if device == "cuda" else bs.CPU_MAX_BATCH
 
     def with_free(free: int | None) -> int:

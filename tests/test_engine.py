@@ -48,8 +48,7 @@ def fixture_model() -> dict[str, Any]:
 
 def _rows(fx: dict[str, Any], drafts: list[list[int]] | None = None, call_end: bool = True) -> list[Any]:
     from lm_eval_toolfid.runtime.decoding import Row
-    from lm_eval_toolfid.runtime.hflm import eos_token_ids
-    from lm_eval_toolfid.runtime.stopping import RowStopper
+    from lm_eval_toolfid.runtime.stopping import RowStopper, eos_token_ids
 
     tok = fx["tok"]
     eos = eos_token_ids(fx["model"], tok)
@@ -58,10 +57,10 @@ def _rows(fx: dict[str, Any], drafts: list[list[int]] | None = None, call_end: b
             for i, p in enumerate(fx["prompts"])]
 
 
-def _engine(fx: dict[str, Any], **config: Any) -> Any:
+def _engine(fx: dict[str, Any], model: Any = None, **config: Any) -> Any:
     from lm_eval_toolfid.runtime.decoding import EngineConfig, GreedyEngine
 
-    return GreedyEngine(fx["model"], fx["tok"].pad_token_id, EngineConfig(**config))
+    return GreedyEngine(model if model is not None else fx["model"], fx["tok"].pad_token_id, EngineConfig(**config))
 
 
 def _view(fx: dict[str, Any], name: str | None) -> Any:
@@ -379,3 +378,59 @@ def test_generate_path_sizes_auto_from_memory_not_lm_evals_detection(toolfid_hom
     assert _generation_record(ours)["engine"] == "generate"
     _, want = view(HFLM(pretrained=base, batch_size=12, device="cpu"))  # the 12 rows in one batch, as auto sized them
     assert {k: truncate_call(v) for k, v in got.items()} == {k: truncate_call(v) for k, v in want.items()}
+
+
+def test_half_precision_schedule_differences_are_counted_near_ties(fixture_model: dict) -> None:
+    """In bfloat16 the logits carry 8 significant bits: another schedule of the same forward (a shared
+    prefix, a draft pass) rounds otherwise and flips tokens whose top two logits are a unit in the last
+    place apart (measured: the fixture on CPU and on an H200, every difference at a gap <= 0.125). Such a
+    difference must be a counted near tie under the engine's bfloat16 bound — with the float32 bound
+    (0.001) it was silent."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+    from lm_eval_toolfid.runtime.decoding import NEAR_TIE, near_tie_for
+
+    model = AutoModelForCausalLM.from_pretrained(fixture_paths()["base"], dtype=torch.bfloat16).eval()
+    bound = near_tie_for(torch.bfloat16)
+    assert bound > NEAR_TIE and _engine(fixture_model, model).near_tie == bound
+    ref = _engine(fixture_model, model, max_batch=16, share_prefixes=False, record_gaps=True).run(_rows(fixture_model))
+    drafts = [r.tokens for r in ref]
+    gaps = []
+    for how, config, rows in (("shared prefixes", dict(share_prefixes=True), _rows(fixture_model)),
+                              ("verified", dict(share_prefixes=False), _rows(fixture_model, drafts)),
+                              ("verified, shared prefixes", dict(share_prefixes=True), _rows(fixture_model, drafts))):
+        out = _engine(fixture_model, model, max_batch=16, record_gaps=True, **config).run(rows)
+        for i, (a, b) in enumerate(zip(ref, out)):
+            if a.tokens == b.tokens:
+                continue
+            j = next(k for k, (x, y) in enumerate(zip(a.tokens + [-1], b.tokens + [-2])) if x != y)
+            gap = max(a.gaps[j], b.gaps[j]) if j < min(len(a.gaps), len(b.gaps)) else 0.0
+            assert gap < bound, f"{how}, case {i}: differs at token {j} where the top-two gap is {gap:.3g}"
+            assert b.near_ties + b.shared_near_ties, f"{how}, case {i}: differs without a counted near tie"
+            gaps.append(gap)
+    # the check saw differences, and the float32 bound would have let some of them pass uncounted
+    assert gaps and max(gaps) >= NEAR_TIE, gaps
+
+
+def test_toolfid_run_in_bfloat16_counts_and_prints_its_near_ties(toolfid_home: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    """`toolfid run --dtype bfloat16`: the views' records carry the bfloat16 bound, and the near ties of the
+    verified view and of the shared prefixes (base view included) are printed under the table."""
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+    from lm_eval_toolfid.cli import main
+
+    paths = fixture_paths()
+    out = tmp_path / "bf16"
+    assert main(["run", "--base", paths["base"], "--adapter", paths["adapters"]["faithful"], "--cases", "fixture",
+                 "--dtype", "bfloat16", "--no-breakdown", "--output", str(out)]) == 0
+    text = capsys.readouterr().out
+    results = {v: json.loads((out / v / "results.json").read_text()) for v in ("base", "faithful")}
+    records = {v: _generation_record(r, next(iter(r["configs"]))) for v, r in results.items()}
+    assert {r["near_tie_tolerance"] for r in records.values()} == {0.25}
+    assert records["faithful"]["near_tie_tokens"] > 0 and records["base"]["prefix_near_tie_tokens"] > 0
+    flat = " ".join(text.split())
+    assert f"faithful {records['faithful']['near_tie_tokens']} token(s)" in flat
+    assert "near ties on shared prompt prefixes (top-two logit gap < 0.25" in flat
+    assert f"base {records['base']['prefix_near_tie_tokens']} token(s)" in flat

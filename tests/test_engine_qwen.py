@@ -84,7 +84,7 @@ def adapters(qwen: dict[str, Any], base_rows: list[Any]) -> None:
 
 def _rows(qw: dict[str, Any], drafts: list[list[int]] | None = None) -> list[Any]:
     from lm_eval_toolfid.runtime.decoding import Row
-    from lm_eval_toolfid.runtime.hflm import eos_token_ids
+    from lm_eval_toolfid.runtime.stopping import eos_token_ids
     from lm_eval_toolfid.runtime.stopping import RowStopper
 
     tok = qw["tok"]

@@ -38,10 +38,15 @@ def _paint_verdicts(table: str) -> str:
 
 
 def verification_note(rows: list[Any]) -> str:
-    """One line on how the adapter views' tokens were obtained, and a second one if any near tie."""
-    parts, ties, tol = [], [], None
+    """One line on how the adapter views' tokens were obtained, one more if any verified token was a near tie,
+    and one if any view's token on a shared prompt prefix was (every view's, the base's too)."""
+    parts, ties, prefix_ties, tol = [], [], [], None
     for row in rows:
         gen = (row.toolfid or {}).get("generation") or {}
+        if gen.get("prefix_near_tie_tokens"):
+            tol = gen.get("near_tie_tolerance", tol)
+            prefix_ties.append(f"{row.label} {gen['prefix_near_tie_tokens']} token(s) in "
+                               f"{gen.get('prefix_near_tie_cases', 0)} case(s)")
         if not gen.get("rows_verified") or not gen.get("tokens"):
             continue
         parts.append(f"{row.label} {gen['tokens_accepted'] / gen['tokens']:.0%} "
@@ -49,16 +54,19 @@ def verification_note(rows: list[Any]) -> str:
         tol = gen.get("near_tie_tolerance", tol)
         if gen.get("near_tie_tokens"):
             ties.append(f"{row.label} {gen['near_tie_tokens']} token(s) in {gen['near_tie_cases']} case(s)")
-    if not parts:
+    if not parts and not prefix_ties:
         return ""
     import shutil
     import textwrap
 
     width = max(40, shutil.get_terminal_size((120, 24)).columns - 1)
-    paragraphs = ["verified against the base's answers (share of tokens accepted): " + ", ".join(parts)]
+    paragraphs = ["verified against the base's answers (share of tokens accepted): " + ", ".join(parts)] if parts else []
     if ties:
         paragraphs.append(f"near ties (top-two logit gap < {tol:g}, where verified and decoded arithmetic could "
                           "pick differently): " + "; ".join(ties) + " — compare with --no-verify")
+    if prefix_ties:
+        paragraphs.append(f"near ties on shared prompt prefixes (top-two logit gap < {tol:g}, where a prefix computed "
+                          "once could round otherwise): " + "; ".join(prefix_ties) + " — compare with --no-prefix-cache")
     return "\n".join(textwrap.fill(p, width=width, subsequent_indent="    ", break_on_hyphens=False)
                      for p in paragraphs)
 
@@ -187,7 +195,7 @@ def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any
                   f"{base_row.toolfid.get('prompt_style_reason')}")
         print()
         print(_paint_verdicts(format_table(rows, valid)))
-        note = verification_note(rows)
+        note = verification_note([base_row, *rows])
         if note:
             print("\n" + note)
     runs = [read_run(v.path) for v in views if v.path is not None]

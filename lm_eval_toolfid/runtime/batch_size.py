@@ -32,6 +32,12 @@ thread, 600 cached tokens): 24 tok/s at 8 rows, 47 at 32, 57 at 64 — 4.1x, 2.1
 hardware limit; beyond that the step is compute-bound and the KV cache grows for little gain."""
 PREFILL_TOKENS = {"cuda": 16384, "cpu": 4096}
 """Padded tokens per prompt/verification forward pass, by device type (others: the CPU figure)."""
+VERIFY_LOGITS = {"cuda": 1 << 30, "cpu": 64 * 1024 * 1024}
+"""Logit values per verification pass after the first (rows x draft tokens x vocabulary), by device type, at
+that device's :data:`PREFILL_TOKENS` (halved with it on out-of-memory). On a GPU a pass costs its launches more
+than its arithmetic, so fewer, larger passes win: a whole verified view of Qwen2-0.5B's shape (268 rows, drafts
+of 96 tokens, all accepted, float32, one H200) took 81 forward passes and 0.88x the plain view's time at the CPU
+figure, 39 and 0.76x at this one (bench/gpu.py, docs/performance.md). On CPU the figure bounds memory."""
 
 
 def free_memory(device: Any) -> int | None:
@@ -65,7 +71,7 @@ def kv_bytes_per_token(model: Any) -> int:
     return 2 * layers * kv_heads * head_dim * dtype_bytes
 
 
-def activation_reserve(model: Any, prefill_tokens: int) -> int:
+def activation_reserve(model: Any, prefill_tokens: int, verify_logits: int = VERIFY_LOGITS["cpu"]) -> int:
     """Bytes kept free for one forward pass of ``prefill_tokens`` tokens (MLP activations, logits)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = base.config.get_text_config(decoder=True) if hasattr(base.config, "get_text_config") else base.config
@@ -74,13 +80,25 @@ def activation_reserve(model: Any, prefill_tokens: int) -> int:
     vocab = int(getattr(config, "vocab_size", 0) or 0)
     dtype_bytes = next(base.parameters()).element_size()
     # a few live [tokens, inner] tensors in the MLP, plus the verification logits (bounded by the engine)
-    return prefill_tokens * (4 * inner + 8 * hidden) * dtype_bytes + 64 * 1024 * 1024 * 4 + 4 * vocab * 64
+    return prefill_tokens * (4 * inner + 8 * hidden) * dtype_bytes + verify_logits * 4 + 4 * vocab * 64
 
 
 def prefill_tokens_for(device: Any) -> int:
     import torch
 
     return PREFILL_TOKENS.get(torch.device(device).type, PREFILL_TOKENS["cpu"])
+
+
+def verify_logits_for(device: Any, prefill_tokens: int | None = None) -> int:
+    """Logit values per verification pass on ``device``, scaled with a prefill budget other than the
+    device's own (the out-of-memory halving halves both)."""
+    import torch
+
+    kind = torch.device(device).type
+    full = VERIFY_LOGITS.get(kind, VERIFY_LOGITS["cpu"])
+    if prefill_tokens is None:
+        return full
+    return max(1, full * prefill_tokens // PREFILL_TOKENS.get(kind, PREFILL_TOKENS["cpu"]))
 
 
 def auto_batch_size(model: Any, device: Any, row_tokens: list[int]) -> int:
@@ -94,7 +112,7 @@ def auto_batch_size(model: Any, device: Any, row_tokens: list[int]) -> int:
     if free is None:
         return cap
     per_row = kv_bytes_per_token(model) * max(row_tokens or [1])
-    room = free * MEMORY_FRACTION - activation_reserve(model, prefill_tokens_for(device))
+    room = free * MEMORY_FRACTION - activation_reserve(model, prefill_tokens_for(device), verify_logits_for(device))
     return max(1, min(cap, int(room // max(1, per_row))))
 
 

@@ -49,7 +49,17 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 log = logging.getLogger("lm_eval.toolfid")
 
 NEAR_TIE = 1e-3
-"""Default top-two logit gap below which a verified token counts as a near tie (see docs/performance.md)."""
+"""Top-two logit gap below which a verified token counts as a near tie, float32 logits (docs/performance.md)."""
+NEAR_TIE_BY_DTYPE = {"bfloat16": 0.25, "float16": 0.03}
+"""The same bound for half-precision models: their logits carry 8 (bfloat16) or 11 (float16) significant bits,
+so at a top logit of 16-32 one unit in the last place is 0.125 (0.0156), and two schedules of one forward pass
+(another batch, a shared prefix, a draft pass) differ by such units. Measured on the fixture model in
+bfloat16 (CPU and an H100): every token that differed between schedules did so at a top-two gap <= 0.0625."""
+
+
+def near_tie_for(dtype: Any) -> float:
+    """The near-tie bound for a model whose logits come in ``dtype`` (a torch dtype or its name)."""
+    return NEAR_TIE_BY_DTYPE.get(str(dtype).removeprefix("torch."), NEAR_TIE)
 
 
 class Stopper(Protocol):
@@ -141,7 +151,9 @@ class EngineConfig:
     """Share of a prompt pass's tokens that may be padding (rows of unlike length go to other passes)."""
     first_chunk: int = 16
     """Draft tokens verified in the first pass; the rest follow only if all of those are accepted."""
-    near_tie: float = NEAR_TIE
+    near_tie: float | None = None
+    """Top-two logit gap below which a token read from another schedule counts as a near tie (None: by the
+    model's dtype, :func:`near_tie_for`)."""
     verify_logits: int = 64 * 1024 * 1024
     """Logit floats per verification pass after the first (bounds its memory: rows x chunk x vocab)."""
     record_gaps: bool = False
@@ -246,7 +258,9 @@ class GreedyEngine:
         self.pad_id = int(pad_id) if pad_id is not None else 0
         self.config = config
         self.autocast = autocast or contextlib.nullcontext
-        self.device = next(model.parameters()).device
+        first = next(model.parameters())
+        self.device = first.device
+        self.near_tie = config.near_tie if config.near_tie is not None else near_tie_for(first.dtype)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         params = inspect.signature(base.forward).parameters
         # transformers 5.24 renamed forward's past_key_values to cache (the old name deprecated until 5.40)
@@ -625,7 +639,7 @@ class _Batch:
 
         Returns ``done`` (the row stopped), ``more`` (every draft token so far accepted and the draft
         goes on beyond this pass) or ``decode`` (the row continues by decode steps from ``pending``)."""
-        res, tol, record = live.result, self.e.config.near_tie, self.e.config.record_gaps
+        res, tol, record = live.result, self.e.near_tie, self.e.config.record_gaps
         draft = row.draft
         for j, (token, gap) in enumerate(preds, start=len(res.tokens)):
             if j < len(draft) and j == len(res.tokens) and token == draft[j] and j == res.accepted:
@@ -710,7 +724,7 @@ class _Batch:
         record = e.config.record_gaps
         best, gaps = e.pick(logits, with_gaps=record or any(live.result.shared for live in self.rows))
         finished, done = [], []
-        tol = e.config.near_tie
+        tol = e.near_tie
         for b, live in enumerate(self.rows):
             token = best[b][0]
             live.length += 1

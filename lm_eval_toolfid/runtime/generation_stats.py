@@ -13,7 +13,8 @@ them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.ge
   + ``tokens_decoded`` (one decode step each); ``tokens_accepted``: draft tokens the adapter's own
   argmax confirmed; ``rows_answered_by_verification``: cases that needed no decode step at all;
 - ``near_tie_tokens`` / ``near_tie_cases``: verified tokens whose top-two logit gap was below
-  ``near_tie_tolerance`` (where parallel and step-by-step rounding could pick differently);
+  ``near_tie_tolerance`` (where parallel and step-by-step rounding could pick differently; 0.001 for
+  float32 logits, wider for half precision: :data:`~lm_eval_toolfid.runtime.decoding.NEAR_TIE_BY_DTYPE`);
 - ``prompt_tokens`` / ``prompt_tokens_shared``: the view's prompt tokens, and those not computed because
   the rows' prompts started from a prefix shared with other rows, computed once
   (:mod:`lm_eval_toolfid.runtime.prefix_cache`); ``prefix_near_tie_tokens`` / ``prefix_near_tie_cases``:
@@ -54,7 +55,7 @@ def summarize_generation(infos: Iterable[Any], verify: bool = True) -> dict[str,
             tokens_accepted=sum(r.get("accepted", 0) for r in ours),
             tokens_verified=sum(r.get("verified", 0) for r in drafted),
             tokens_decoded=sum(r.get("decoded", 0) for r in ours),
-            near_tie_tolerance=NEAR_TIE,
+            near_tie_tolerance=max((r.get("near_tie_tolerance") or NEAR_TIE for r in ours), default=NEAR_TIE),
             near_tie_tokens=sum(r.get("near_ties", 0) for r in drafted),
             near_tie_cases=sum(1 for r in drafted if r.get("near_ties")),
             prompt_tokens=sum(r.get("prompt_tokens", 0) for r in ours),

@@ -39,9 +39,9 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils_hf import stop_sequences_criteria
 
-from lm_eval_toolfid.runtime.batch_size import auto_batch_size, halve_on_oom
-from lm_eval_toolfid.runtime.decoding import EngineConfig, EngineUnsupported, GreedyEngine, Row
-from lm_eval_toolfid.runtime.stopping import RowStopper, make_stopping_criteria
+from lm_eval_toolfid.runtime.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
+from lm_eval_toolfid.runtime.decoding import EngineConfig, EngineUnsupported, GreedyEngine, Row, near_tie_for
+from lm_eval_toolfid.runtime.stopping import RowStopper, eos_token_ids, make_stopping_criteria
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -101,15 +101,6 @@ def answer_prefix(request: Any) -> str:
     from lm_eval_toolfid.prompts.plain import restore_primer
 
     return restore_primer(request.args[0], "")
-
-
-def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """The ids ``generate`` stops a row at: the generation config's ``eos_token_id`` (int or list)."""
-    for source in (getattr(model, "generation_config", None), getattr(model, "config", None)):
-        value = getattr(source, "eos_token_id", None) if source is not None else None
-        if value is not None:
-            return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
-    return [int(tokenizer.eos_token_id)] if tokenizer.eos_token_id is not None else []
 
 
 def engine_blocker(model: Any, generation_kwargs: dict[str, Any]) -> str | None:
@@ -355,8 +346,11 @@ class ToolfidHFLM(HFLM):
                 self.row_hook(len(result.tokens), time.monotonic() - started)
 
         def run(max_batch: int, prefill_tokens: int) -> list[Any]:
+            mixed = self.mixed_precision_dtype  # autocast: the logits come in that dtype, not the weights'
             config = EngineConfig(max_batch=max_batch, prefill_tokens=prefill_tokens,
-                                  share_prefixes=all(plan.prefix_cache for plan in plans))
+                                  verify_logits=verify_logits_for(self.device, prefill_tokens),
+                                  share_prefixes=all(plan.prefix_cache for plan in plans),
+                                  near_tie=near_tie_for(mixed) if mixed is not None else None)
             engine = GreedyEngine(self.model, pad_id, config, autocast=autocast)
             self._last_engine = engine
             return engine.run(make_rows(), on_done=on_done)
@@ -380,7 +374,7 @@ class ToolfidHFLM(HFLM):
                 "tokens": len(tokens), "accepted": res.accepted, "verified": res.verified,
                 "decoded": res.decoded, "near_ties": res.near_ties, "finish": res.finish,
                 "prompt_tokens": len(prompts[i]), "prompt_tokens_shared": res.shared,
-                "shared_near_ties": res.shared_near_ties,
+                "shared_near_ties": res.shared_near_ties, "near_tie_tolerance": self._last_engine.near_tie,
                 "decode_batch": used, "oom_halvings": halvings,
             }
         return out.to(context.device)

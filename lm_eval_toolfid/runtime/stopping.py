@@ -118,3 +118,12 @@ def make_stopping_criteria(tokenizer: Any, initial_length: int, batch_size: int,
             return self.done.clone().to(input_ids.device)
 
     return CallStoppingCriteria()
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The ids ``generate`` stops a row at: the generation config's ``eos_token_id`` (int or list)."""
+    for source in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if value is not None:
+            return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+    return [int(tokenizer.eos_token_id)] if tokenizer.eos_token_id is not None else []
