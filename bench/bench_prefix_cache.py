@@ -4,10 +4,12 @@
 One process, one loaded model (``ModelSession``, what ``toolfid run`` does) with a B = 0 LoRA (``zero``: its
 outputs are the base's). Four views, in this order so that both modes see the same machine:
 
-1. the base view with ``prefix_cache: false`` (every prompt computed whole: the engine before issue 30);
-2. the base view with the prefix cache (the default);
-3. the ``zero`` view, verified against the base's answers, without the prefix cache;
-4. the same with it.
+1. the base view with ``prefix_cache: false`` and grouped-query attention expanded per pass (every prompt
+   computed whole, the KV cache copied per query head: the engine before issue 30; ``--compare sharing``
+   keeps the fold here, to time sharing alone);
+2. the base view with the prefix cache and the fold (the defaults; :mod:`lm_eval_toolfid.runtime.attention`);
+3. the ``zero`` view, verified against the base's answers, as in 1;
+4. the same as in 2.
 
 Prints per view: wall and CPU seconds, prompt tokens computed (prompt passes, shared-prefix passes and
 draft passes), prompt tokens not computed because a shared prefix was reused, the ratios with/without, and
@@ -27,7 +29,8 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from _common import Clock, real_model, threads
 
@@ -42,6 +45,22 @@ def record(view: Any, task: str) -> dict[str, Any]:
     return view.results["configs"][task]["metadata"]["toolfid"]["generation"]
 
 
+@contextmanager
+def gqa_fold(enabled: bool) -> Iterator[None]:
+    """Engines made inside this block fold grouped-query attention (the default) or expand it (before)."""
+    import contextlib
+
+    from lm_eval_toolfid.runtime import attention
+
+    saved = attention.folded_gqa_attention
+    if not enabled:
+        attention.folded_gqa_attention = contextlib.nullcontext  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        attention.folded_gqa_attention = saved
+
+
 def main() -> None:
     from lora_recipes import zero_lora
 
@@ -50,6 +69,9 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=96, help="the first N default cases (382: all)")
     parser.add_argument("--batch-size", default="auto")
     parser.add_argument("--task", default="tool_use_fidelity", help="default: the task with no style given (auto)")
+    parser.add_argument("--compare", choices=["all", "sharing"], default="all",
+                        help="all: the views without the prefix cache also expand grouped-query attention (the "
+                             "engine before issue 30); sharing: they keep the fold (sharing alone)")
     args = parser.parse_args()
     n_threads = threads()
     base = real_model(args.model)
@@ -73,7 +95,7 @@ def main() -> None:
     for name, adapter, shared in (("base", None, False), ("base", None, True), ("zero", zero, False),
                                   ("zero", zero, True)):
         m = {**meta, "prefix_cache": shared, **({} if adapter else {"write_reference": not shared})}
-        with Clock() as clock:
+        with gqa_fold(shared or args.compare == "sharing"), Clock() as clock:
             view = (evaluate_base(session, task, m, limit=limit) if adapter is None
                     else session.evaluate(task, m, adapter=adapter, label=name, limit=limit))
         views[(name, shared)] = (view, clock, session.lm.engine_stats)
@@ -83,7 +105,9 @@ def main() -> None:
     prov = first.results["configs"][task]["metadata"]["toolfid"]
     print(f"\n{Path(base).name}: the first {len(first.samples)} default cases, prompt "
           f"{prov.get('prompt_style')} ({prov.get('prompt_style_requested')}), CPU, {n_threads} torch thread(s), "
-          f"decode batch {record(first, task).get('decode_batch')}")
+          f"decode batch {record(first, task).get('decode_batch')}; 'off' = "
+          + ("no prefix cache, grouped-query attention folded" if args.compare == "sharing" else
+             "no prefix cache, grouped-query attention expanded (the engine before issue 30)"))
     print(f"  {'view':5s} {'prefix cache':>12s} {'wall s':>8s} {'cpu s':>8s} {'tokens computed':>16s} "
           f"{'not computed':>13s} {'nodes':>6s} {'peak node tokens':>17s} {'near ties':>9s}")
     for (name, shared), (view, clock, stats) in views.items():

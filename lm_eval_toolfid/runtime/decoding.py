@@ -163,6 +163,8 @@ class EngineConfig:
     """Compute prompt prefixes that rows share once per view (:mod:`lm_eval_toolfid.runtime.prefix_cache`)."""
     min_shared: int = 16
     """Shortest shared prefix worth a pass of its own."""
+    fold_gqa: bool = True
+    """CPU: grouped-query attention over the unexpanded KV cache (:mod:`lm_eval_toolfid.runtime.attention`)."""
 
 
 class EngineUnsupported(Exception):
@@ -278,6 +280,12 @@ class GreedyEngine:
         self.vocab = int(getattr(text_config, "vocab_size", 0) or 0) or 32000
         self.SlotLayer, self.SlotCache = _cache_classes()
         self.stats = EngineStats()
+        if self.device.type == "cpu" and config.fold_gqa:
+            from lm_eval_toolfid.runtime.attention import folded_gqa_attention
+
+            self.attention: Callable[[], Any] = folded_gqa_attention
+        else:
+            self.attention = contextlib.nullcontext
 
     # -- public ------------------------------------------------------------------------------
 
@@ -337,8 +345,9 @@ class GreedyEngine:
         stats.logit_rows += int(input_ids.shape[0]) * keep
         kwargs: dict[str, Any] = {"logits_to_keep": keep} if self.keep_logits else {}
         kwargs[self.cache_arg] = cache
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         use_cache=True, **kwargs)
+        with self.attention():
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             use_cache=True, **kwargs)
         logits = out.logits
         if logits.shape[1] > keep:
             logits = logits[:, -keep:]
