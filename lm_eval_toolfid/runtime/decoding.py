@@ -30,7 +30,8 @@ columns no live row uses are dropped only once they are a quarter of the buffer.
 Numerics: a verified token is read from a parallel pass over the draft, a decoded one from a
 single-token step; the two differ by floating-point rounding, which can flip an argmax only where
 the top two logits nearly tie. Every verified token records its top-two gap; gaps below
-``near_tie`` are counted per row (:attr:`RowResult.near_ties`) and reported, never hidden. (A model
+``near_tie`` (by the logits' dtype: 0.001 in float32, 0.25 in bfloat16) are counted per row
+(:attr:`RowResult.near_ties`) and reported, never hidden. (A model
 whose weights amplify rounding — e.g. a LoRA of large random weights — has no reproducible greedy
 output at all: ``generate`` itself changes its answer with the batch's shape. Its first token is
 still the plain path's; see docs/performance.md.) Tests compare verified against plain decoding,
@@ -54,7 +55,7 @@ NEAR_TIE_BY_DTYPE = {"bfloat16": 0.25, "float16": 0.03}
 """The same bound for half-precision models: their logits carry 8 (bfloat16) or 11 (float16) significant bits,
 so at a top logit of 16-32 one unit in the last place is 0.125 (0.0156), and two schedules of one forward pass
 (another batch, a shared prefix, a draft pass) differ by such units. Measured on the fixture model in
-bfloat16 (CPU and an H100): every token that differed between schedules did so at a top-two gap <= 0.0625."""
+bfloat16 (CPU: <= 0.0625; an H200: <= 0.125): every token that differed between schedules did so at such a gap."""
 
 
 def near_tie_for(dtype: Any) -> float:
