@@ -17,8 +17,9 @@ head grouping, head size and dtype (:func:`fold_checked`: ~200 query lengths, on
 probe disagrees the fold is off. Otherwise only: CPU tensors, a mask given (no ``is_causal`` shortcut), more
 than one query token (a single token already attends without the copy: transformers' ``pack_gqa``), no
 dropout, soft-capping or position bias. Everything else goes to transformers' own function unchanged.
-tests/test_attention.py checks the rule on random tensors and the engine's outputs with and without the
-fold on SmolLM2 and Qwen.
+tests/test_attention.py checks the rule on random tensors, and a small model with SmolLM2's and Qwen's head
+grouping through the engine (every token and top-two gap bitwise the same with and without the fold);
+bench/bench_gqa_fold.py does the same on the real models.
 """
 
 from __future__ import annotations
