@@ -124,3 +124,21 @@ def test_a_view_out_of_memory_halves_its_batch_says_so_and_loses_nothing(
                      "toolfid: out of memory with batch 8 on cpu; running the view again with batch 4"]
     record = out["configs"][task]["metadata"]["toolfid"]["generation"]
     assert record["decode_batch"] == 4 and record["oom_halvings"] == 2
+
+
+@pytest.mark.parametrize("total_gib,expected", [(80, 1 << 30), (16, (16 << 30) // 64), (2, 64 * 1024 * 1024)])
+def test_verification_logits_budget_follows_the_card(monkeypatch: pytest.MonkeyPatch, total_gib: int,
+                                                     expected: int) -> None:
+    """CUDA verifies drafts in larger passes (fewer launches), but at most 1/64 of the card's memory in logit
+    values, never below the CPU figure; halving the prefill budget halves it; CPU keeps its figure."""
+    import types
+
+    import torch
+
+    from lm_eval_toolfid.runtime import batch_size as bs
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda _device: types.SimpleNamespace(total_memory=total_gib << 30))
+    assert bs.verify_logits_for("cuda") == expected
+    assert bs.verify_logits_for("cuda", bs.PREFILL_TOKENS["cuda"] // 2) == expected // 2
+    assert bs.verify_logits_for("cpu") == bs.VERIFY_LOGITS["cpu"] == 64 * 1024 * 1024

@@ -37,7 +37,8 @@ VERIFY_LOGITS = {"cuda": 1 << 30, "cpu": 64 * 1024 * 1024}
 that device's :data:`PREFILL_TOKENS` (halved with it on out-of-memory). On a GPU a pass costs its launches more
 than its arithmetic, so fewer, larger passes win: a whole verified view of Qwen2-0.5B's shape (268 rows, drafts
 of 96 tokens, all accepted, float32, one H200) took 81 forward passes and 0.88x the plain view's time at the CPU
-figure, 39 and 0.76x at this one (bench/gpu.py, docs/performance.md). On CPU the figure bounds memory."""
+figure, 39 and 0.76x at this one (bench/gpu_verify_budget.py, docs/performance.md); a card of less than 64 GiB
+gets 1/64 of its memory (:func:`verify_logits_for`). On CPU the figure bounds memory."""
 
 
 def free_memory(device: Any) -> int | None:
@@ -90,15 +91,23 @@ def prefill_tokens_for(device: Any) -> int:
 
 
 def verify_logits_for(device: Any, prefill_tokens: int | None = None) -> int:
-    """Logit values per verification pass on ``device``, scaled with a prefill budget other than the
+    """Logit values per verification pass on ``device``: the device type's figure (on CUDA at most 1/64 of the
+    card's memory in values, so a small card keeps its batch), scaled with a prefill budget other than the
     device's own (the out-of-memory halving halves both)."""
     import torch
 
-    kind = torch.device(device).type
-    full = VERIFY_LOGITS.get(kind, VERIFY_LOGITS["cpu"])
+    device = torch.device(device)
+    full = VERIFY_LOGITS.get(device.type, VERIFY_LOGITS["cpu"])
+    if device.type == "cuda":
+        try:
+            total = int(torch.cuda.get_device_properties(device).total_memory)
+        except (RuntimeError, AssertionError, AttributeError, ValueError):  # no such card here: the figure
+            total = None
+        if total is not None:
+            full = max(VERIFY_LOGITS["cpu"], min(full, total // 64))
     if prefill_tokens is None:
         return full
-    return max(1, full * prefill_tokens // PREFILL_TOKENS.get(kind, PREFILL_TOKENS["cpu"]))
+    return max(1, full * prefill_tokens // PREFILL_TOKENS.get(device.type, PREFILL_TOKENS["cpu"]))
 
 
 def auto_batch_size(model: Any, device: Any, row_tokens: list[int]) -> int:
