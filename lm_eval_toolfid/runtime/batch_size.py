@@ -36,8 +36,8 @@ VERIFY_LOGITS = {"cuda": 1 << 30, "cpu": 64 * 1024 * 1024}
 """Logit values per verification pass after the first (rows x draft tokens x vocabulary), by device type, at
 that device's :data:`PREFILL_TOKENS` (halved with it on out-of-memory). On a GPU a pass costs its launches more
 than its arithmetic, so fewer, larger passes win: a whole verified view of Qwen2-0.5B's shape (268 rows, drafts
-of 96 tokens, all accepted, float32, one H200) took 81 forward passes and 0.88x the plain view's time at the CPU
-figure, 39 and 0.76x at this one (bench/gpu_verify_budget.py, docs/performance.md); a card of less than 64 GiB
+of 96 tokens, all accepted, float32, one H200) took 81 forward passes and 0.91x the plain view's time at the CPU
+figure, 39 and 0.77x at this one (bench/gpu_verify_budget.py, docs/performance.md); a card of less than 64 GiB
 gets 1/64 of its memory (:func:`verify_logits_for`). On CPU the figure bounds memory."""
 
 
