@@ -416,16 +416,18 @@ def test_half_precision_schedule_differences_are_counted_near_ties(fixture_model
 
 def test_toolfid_run_in_bfloat16_counts_and_prints_its_near_ties(toolfid_home: Path, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture) -> None:
-    """`toolfid run --dtype bfloat16`: the views' records carry the bfloat16 bound, and the near ties of the
-    verified view and of the shared prefixes (base view included) are printed under the table."""
+    """`toolfid run --dtype bfloat16 --verify`: the views' records carry the bfloat16 bound, and the near ties of
+    the verified view and of the shared prefixes (base view included) are printed under the table. (Without
+    ``--verify`` half precision decodes adapter views: tests/test_half_precision.py.)"""
     from lm_eval_toolfid.cases.bundled import fixture_paths
     from lm_eval_toolfid.cli import main
 
     paths = fixture_paths()
     out = tmp_path / "bf16"
     assert main(["run", "--base", paths["base"], "--adapter", paths["adapters"]["faithful"], "--cases", "fixture",
-                 "--dtype", "bfloat16", "--no-breakdown", "--output", str(out)]) == 0
+                 "--dtype", "bfloat16", "--verify", "--no-breakdown", "--output", str(out)]) == 0
     text = capsys.readouterr().out
+    assert "adapter view faithful: verified: --verify (metadata verify: true) forces it in bfloat16" in text
     results = {v: json.loads((out / v / "results.json").read_text()) for v in ("base", "faithful")}
     records = {v: _generation_record(r, next(iter(r["configs"]))) for v, r in results.items()}
     assert {r["near_tie_tolerance"] for r in records.values()} == {0.25}

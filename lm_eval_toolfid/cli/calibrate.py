@@ -46,7 +46,7 @@ _IN_PROCESS_FLAGS = {"base": "--base", "adapter": "--adapter", "runs": "--runs",
                      "demos": "--demos", "prompt_style": "--prompt-style",
                      "prompt_template": "--prompt-template", "metadata": "--metadata", "reference_dir": "--reference-dir",
                      "batch_size": "--batch-size", "device": "--device", "dtype": "--dtype",
-                     "no_verify": "--no-verify"}
+                     "verify": "--verify/--no-verify"}
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

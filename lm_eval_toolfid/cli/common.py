@@ -41,8 +41,8 @@ def metadata_from_args(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, key, None)
         if value is not None:
             meta[key] = value
-    if getattr(args, "no_verify", None):
-        meta["verify"] = False
+    if getattr(args, "verify", None) is not None:  # --verify / --no-verify (absent: the dtype decides)
+        meta["verify"] = args.verify
     if getattr(args, "no_prefix_cache", None):
         meta["prefix_cache"] = False
     return meta
@@ -84,9 +84,13 @@ def add_model_options(p: argparse.ArgumentParser, batch_default: int | str | Non
     p.add_argument("--batch-size", default=batch_default, type=batch_size,
                    help="rows generated at once, or 'auto': sized from free memory and the model (on CPU at "
                         "most 64); out of memory, a view halves it and says so (default: auto)")
-    p.add_argument("--no-verify", dest="no_verify", action="store_const", const=True, default=None,
-                   help="decode every adapter view token by token instead of verifying the base's answers in one "
-                        "forward pass (same outputs; metadata key verify: false)")
+    verify = p.add_mutually_exclusive_group()
+    verify.add_argument("--verify", dest="verify", action="store_const", const=True, default=None,
+                        help="verify the base's answers in one forward pass even in float16/bfloat16, where that "
+                             "rounds differently from decoding (near ties counted; metadata key verify: true). "
+                             "Default: verify in float32 (same outputs, cheaper), decode in half precision")
+    verify.add_argument("--no-verify", dest="verify", action="store_const", const=False,
+                        help="decode every adapter view token by token, in every dtype (metadata key verify: false)")
     p.add_argument("--no-prefix-cache", dest="no_prefix_cache", action="store_const", const=True, default=None,
                    help="compute every prompt whole instead of computing the prefixes cases share once per view (same "
                         "outputs, near ties counted; metadata key prefix_cache: false)")

@@ -37,6 +37,17 @@ def _paint_verdicts(table: str) -> str:
     return "\n".join(lines)
 
 
+def generation_paths(rows: list[Any]) -> str:
+    """One line per way the adapter views' tokens were obtained (verified or decoded) and why: the run's header."""
+    by_reason: dict[str, list[str]] = {}
+    for row in rows:
+        gen = (row.toolfid or {}).get("generation") or {}
+        if gen.get("verify_reason"):
+            by_reason.setdefault(gen["verify_reason"], []).append(row.label)
+    return "\n".join(f"adapter view{'s' if len(labels) > 1 else ''} {', '.join(labels)}: {reason}"
+                     for reason, labels in by_reason.items())
+
+
 def verification_note(rows: list[Any]) -> str:
     """One line on how the adapter views' tokens were obtained, one more if any verified token was a near tie,
     and one if any view's token on a shared prompt prefix was (every view's, the base's too)."""
@@ -193,6 +204,9 @@ def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any
         if base_row.toolfid.get("prompt_style_requested") == "auto":
             print(f"prompt_style auto -> {base_row.toolfid.get('prompt_style')}: "
                   f"{base_row.toolfid.get('prompt_style_reason')}")
+        paths = generation_paths(rows)
+        if paths:
+            print(paths)
         print()
         print(_paint_verdicts(format_table(rows, valid)))
         note = verification_note([base_row, *rows])

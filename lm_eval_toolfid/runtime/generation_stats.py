@@ -6,7 +6,9 @@ them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.ge
 - ``engine``: ``toolfid`` (the greedy engine), ``generate`` (transformers' generate, with the
   reason), or ``not recorded`` (another LM class: lm-eval's HFLM, vLLM);
 - ``verify`` and ``rows_verified``: whether the view checked the base's answers, and for how many
-  cases it had one (``draft_sources``: ``session`` = the base view of the same process, exact token
+  cases it had one; ``verify_reason``: why (:mod:`lm_eval_toolfid.runtime.verify_policy`: verified by
+  default in float32, decoded by default in half precision); ``verify_requested``: the ``verify``
+  setting (``auto`` when not given) (``draft_sources``: ``session`` = the base view of the same process, exact token
   ids; ``reference`` = the stored base reference's text, re-tokenized);
 - ``tokens`` = one first token per case (read from its prompt pass, in every mode) +
   ``tokens_verified`` (read from passes over the draft: the accepted ones and the token after them)
@@ -31,14 +33,23 @@ from typing import Any, Iterable
 from lm_eval_toolfid.runtime.decoding import NEAR_TIE
 
 
-def summarize_generation(infos: Iterable[Any], verify: bool = True) -> dict[str, Any]:
-    """Sum the per-request records of one view (requests without one are not counted)."""
+def summarize_generation(infos: Iterable[Any], verify: bool | None = None, adapter_view: bool = True) -> dict[str, Any]:
+    """Sum the per-request records of one view (requests without one are not counted); ``verify``: the
+    view's ``verify`` setting (None: not given); ``adapter_view`` False: a base view (it decodes: its
+    answers are what adapter views pair with, so the verify decision does not apply to it)."""
     rows = [i for i in infos if isinstance(i, dict)]
-    out: dict[str, Any] = {"verify": bool(verify)}
+    out: dict[str, Any] = {"verify": verify is not False, "verify_requested": "auto" if verify is None else verify}
     if not rows:
         out["engine"] = "not recorded"
         return out
     ours = [r for r in rows if r.get("engine") == "toolfid"]
+    decided = [r for r in ours if "verify_reason" in r]
+    if not adapter_view:
+        if ours:
+            out["verify_reason"] = "the base view: decoded (its answers are what adapter views pair with)"
+    elif decided:  # the model class decided (one dtype per view: one decision)
+        out["verify"] = any(r.get("verify") for r in decided)
+        out["verify_reason"] = decided[0]["verify_reason"]
     others = [r for r in rows if r.get("engine") != "toolfid"]
     out["engine"] = "toolfid" if not others else ("generate" if not ours else "mixed")
     out["rows"] = len(rows)

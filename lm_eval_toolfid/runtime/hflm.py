@@ -14,8 +14,10 @@ doc has an ``expected_calls`` column) generated greedily: those go through
 - **verification**: a request that carries the base's answer (a *draft*) is checked in one forward
   pass instead of decoded token by token (see ``decoding``); drafts come from the base view of the
   same session (:attr:`ToolfidHFLM.drafts`, exact token ids, filled while :attr:`record_drafts` is
-  on) or from the task (``Instance.toolfid_draft``: the stored base reference's text, re-tokenized);
-  ``Instance.toolfid_verify = False`` (metadata ``verify: false``) turns it off.
+  on) or from the task (``Instance.toolfid_draft``: the stored base reference's text, re-tokenized).
+  Whether a view verifies is :mod:`lm_eval_toolfid.runtime.verify_policy`'s rule: by default in float32,
+  never by default in half precision (there a verified pass rounds differently from the base's decoding);
+  ``Instance.toolfid_verify`` (metadata ``verify``) true forces it, false turns it off.
 
 ``_model_generate`` returns what lm-eval expects (context + continuation, padded), so lm-eval's own
 decoding and ``until`` cut are unchanged. Each request gets ``Instance.toolfid_generation``: how
@@ -42,6 +44,7 @@ from lm_eval.models.utils_hf import stop_sequences_criteria
 from lm_eval_toolfid.runtime.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
 from lm_eval_toolfid.runtime.decoding import EngineConfig, EngineUnsupported, GreedyEngine, Row, near_tie_for
 from lm_eval_toolfid.runtime.stopping import RowStopper, eos_token_ids, make_stopping_criteria
+from lm_eval_toolfid.runtime.verify_policy import VerifyChoice, choose_verify, combine_requests
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -81,7 +84,9 @@ class _Plan:
     """How one context of a generate_until call is generated."""
 
     call_end: bool
-    verify: bool
+    verify: bool | None
+    """The ``verify`` setting (None: not given; :func:`~lm_eval_toolfid.runtime.verify_policy.choose_verify`
+    decides by the dtype)."""
     draft_text: str | None
     prefix: str = ""
     """What the scorer puts in front of the generation (plain-v3's primer): the stop rule reads it too."""
@@ -156,7 +161,7 @@ class ToolfidHFLM(HFLM):
         self._plans = {}
         for r in ours:
             context = r.args[0]
-            plan = _Plan(call_end=single_call(r), verify=getattr(r, "toolfid_verify", True) is not False,
+            plan = _Plan(call_end=single_call(r), verify=getattr(r, "toolfid_verify", None),
                          draft_text=getattr(r, "toolfid_draft", None), prefix=answer_prefix(r),
                          check=bool(getattr(r, "toolfid_check_stop", False)),
                          prefix_cache=getattr(r, "toolfid_prefix_cache", True) is not False)
@@ -164,7 +169,7 @@ class ToolfidHFLM(HFLM):
             if seen is not None:  # the same prompt twice: the cautious choice of both
                 if seen.prefix != plan.prefix:  # the same prompt scored two ways: no early stop for it
                     plan.call_end = False
-                plan = _Plan(seen.call_end and plan.call_end, seen.verify and plan.verify,
+                plan = _Plan(seen.call_end and plan.call_end, combine_requests(seen.verify, plan.verify),
                              seen.draft_text or plan.draft_text, plan.prefix if plan.call_end else "",
                              seen.check or plan.check, seen.prefix_cache and plan.prefix_cache)
             self._plans[context] = plan
@@ -317,8 +322,9 @@ class ToolfidHFLM(HFLM):
         call_end = self.stop_at_call_end
         sources: list[str | None] = []
         drafts: list[list[int]] = []
-        for s, plan in zip(strings, plans):
-            draft, source = self._draft_for(s, plan)
+        choices = [self.verify_choice(plan.verify) for plan in plans]
+        for s, plan, choice in zip(strings, plans, choices):
+            draft, source = self._draft_for(s, plan, choice)
             drafts.append(draft)
             sources.append(source)
 
@@ -361,7 +367,7 @@ class ToolfidHFLM(HFLM):
         self.engine_seconds += time.monotonic() - started
         out = torch.full((context.shape[0], context.shape[1] + max_new), pad_id, dtype=context.dtype)
         out[:, :context.shape[1]] = context.cpu()
-        for i, (s, res, plan, source) in enumerate(zip(strings, results, plans, sources)):
+        for i, (s, res, plan, source, choice) in enumerate(zip(strings, results, plans, sources, choices)):
             tokens = res.answer
             if tokens:
                 out[i, context.shape[1]:context.shape[1] + len(tokens)] = torch.tensor(tokens, dtype=context.dtype)
@@ -370,7 +376,8 @@ class ToolfidHFLM(HFLM):
             if plan.check:
                 self._check_texts[s] = self._as_lm_eval_text(res.tokens, stop)
             self._row_info[s] = {
-                "engine": "toolfid", "verify": plan.verify, "draft_source": source, "draft_tokens": res.draft_len,
+                "engine": "toolfid", "verify": choice.verify, "verify_reason": choice.reason,
+                "verify_requested": plan.verify, "draft_source": source, "draft_tokens": res.draft_len,
                 "tokens": len(tokens), "accepted": res.accepted, "verified": res.verified,
                 "decoded": res.decoded, "near_ties": res.near_ties, "finish": res.finish,
                 "prompt_tokens": len(prompts[i]), "prompt_tokens_shared": res.shared,
@@ -386,9 +393,20 @@ class ToolfidHFLM(HFLM):
         think = getattr(self, "think_end_token", None)
         return postprocess_generated_text(self.tok_decode(tokens), stop, think if isinstance(think, str) else None)
 
-    def _draft_for(self, context: str, plan: _Plan) -> tuple[list[int], str | None]:
+    def compute_dtype(self) -> Any:
+        """The dtype the logits are computed in: lm-eval's autocast dtype when set, else the weights'."""
+        if self.mixed_precision_dtype is not None:
+            return self.mixed_precision_dtype
+        dtype = getattr(self.model, "dtype", None)
+        return dtype if dtype is not None else next(self.model.parameters()).dtype
+
+    def verify_choice(self, requested: bool | None) -> VerifyChoice:
+        """Whether a row with this ``verify`` setting checks the base's answer or decodes (and why)."""
+        return choose_verify(requested, self.compute_dtype())
+
+    def _draft_for(self, context: str, plan: _Plan, choice: VerifyChoice) -> tuple[list[int], str | None]:
         """The base's tokens for this context, and where they came from (None: no draft)."""
-        if not plan.verify or self.record_drafts:
+        if not choice.verify or self.record_drafts:
             return [], None
         if context in self.drafts:
             return self.drafts[context], "session"

@@ -47,9 +47,11 @@ class TaskSettings(BaseModel):
     """Plain style only: how tools are shown (see :mod:`lm_eval_toolfid.prompts.plain`)."""
     system_prompt: str | None = None
     chat_template: str | None = None
-    verify: bool = True
-    """Adapter runs: check the base's answer in one forward pass instead of decoding it again, where the
-    model class is toolfid's (``toolfid run``, ``toolfid-hf``); outputs are the same either way."""
+    verify: bool | None = None
+    """Adapter runs, toolfid's model classes (``toolfid run``, ``toolfid-hf``): check the base's answer in one
+    forward pass instead of decoding it again. Not given: verify in float32 (the same outputs, cheaper), decode
+    in float16/bfloat16, where a verified pass rounds differently from the base's decoding
+    (:mod:`lm_eval_toolfid.runtime.verify_policy`); true forces verification, false decodes in every dtype."""
     prefix_cache: bool = True
     """toolfid's model classes: compute prompt prefixes that cases share once per view (same outputs; near ties
     counted); false computes every prompt whole."""

@@ -298,7 +298,7 @@ class ToolUseFidelityTask(ConfigurableTask):
             inst.toolfid_verify = self.settings.verify
             inst.toolfid_prefix_cache = self.settings.prefix_cache
             inst.toolfid_draft = None
-            if self.settings.verify and self.settings.is_adapter_run and isinstance(inst.doc, dict):
+            if self.settings.verify is not False and self.settings.is_adapter_run and isinstance(inst.doc, dict):
                 text = self.run.base_text(str(inst.doc.get("id")))
                 if text is not None:
                     inst.toolfid_draft = text[len(primer):] if primer and text.startswith(primer) else text
@@ -404,7 +404,8 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     def _finish(self, records: list[dict[str, Any]]) -> float:
         infos = [getattr(inst, "toolfid_generation", None) for inst in self._instances or []]
-        self.run.provenance["generation"] = summarize_generation(infos, verify=self.settings.verify)
+        self.run.provenance["generation"] = summarize_generation(infos, verify=self.settings.verify,
+                                                               adapter_view=self.settings.is_adapter_run)
         if self.settings.served:
             from lm_eval_toolfid.runtime.served_lm import summarize_served
 
