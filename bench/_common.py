@@ -41,13 +41,13 @@ def threads() -> int:
 
 
 MODELS = {"smollm2": "prepare_smollm2", "qwen-coder": "prepare_qwen_coder", "gemma3": "prepare_gemma3"}
-"""Model aliases the benchmarks take for --model (prepared by ``lm_eval_toolfid.runtime.models``)."""
+"""Model aliases the benchmarks take for --model (prepared by ``scripts.real_models``)."""
 
 
 def real_model(name: str = "smollm2") -> str:
     """A local model folder: an alias of :data:`MODELS` (prepared on first use), or a path as given."""
     from lm_eval_toolfid.core.errors import ToolfidError
-    from lm_eval_toolfid.runtime import models
+    from scripts import real_models as models
 
     if name not in MODELS:
         return name
@@ -162,7 +162,7 @@ def run_view(model: str, cases: Path | str, home: Path, *, stopping: bool, batch
     from lm_eval.tasks import TaskManager
 
     from lm_eval_toolfid.cases.bundled import tasks_path
-    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+    from lm_eval_toolfid.integrations.lm_eval.hf_model import ToolfidHFLM
 
     lm_eval.evaluator.get_git_commit_hash = lambda: None
     os.environ["TOOLFID_HOME"] = str(home)

@@ -78,7 +78,7 @@ def step_times(model: Any, batches: list[int], context: int, steps: int = 3) -> 
     """Seconds per decode step at each batch size, every row with ``context`` cached tokens."""
     import torch
 
-    from lm_eval_toolfid.runtime.decoding import GreedyEngine
+    from lm_eval_toolfid.engine.decoding import GreedyEngine
 
     engine = GreedyEngine(model, 0)
     ids = torch.randint(1000, 20000, (1, context))
@@ -149,8 +149,8 @@ def main() -> None:
 
     import torch
 
-    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
-    from lm_eval_toolfid.runtime.models import models_dir
+    from lm_eval_toolfid.integrations.lm_eval.hf_model import ToolfidHFLM
+    from scripts.real_models import models_dir
 
     model_path = args.model or str(models_dir() / QWEN)
     bw, rate = bandwidth(), matmul_rate()
@@ -160,7 +160,7 @@ def main() -> None:
     print(f"{Path(model_path).name}: {W / 2**30:.2f} GiB read per decode step, {F / 1e9:.2f} GFLOP per generated "
           f"token, {Fp / 1e9:.2f} GFLOP per prompt token")
 
-    from lm_eval_toolfid.runtime.batch_size import kv_bytes_per_token
+    from lm_eval_toolfid.engine.batch_size import kv_bytes_per_token
 
     kv_token = kv_bytes_per_token(lm.model)
 

@@ -5,7 +5,7 @@ One model, the first N default cases in the style given; per setting (fold off, 
 the base view with shared prefixes, a B = 0 LoRA's view verified against those answers with shared prefixes,
 and the same without them. Prints wall seconds, and per run whether every case's tokens and every token's
 top-two logit gap are identical bit for bit with and without the fold (the fold is used only where it is
-bitwise equal: :mod:`lm_eval_toolfid.runtime.attention`).
+bitwise equal: :mod:`lm_eval_toolfid.engine.attention`).
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_gqa_fold.py --model qwen-coder --cases 32 --style chat
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_gqa_fold.py --model smollm2 --cases 24 --style plain
@@ -35,8 +35,8 @@ def main() -> None:
 
     from lm_eval_toolfid.cases.load import load_cases
     from lm_eval_toolfid.prompts.prompter import Prompter
-    from lm_eval_toolfid.runtime.decoding import EngineConfig, GreedyEngine, Row
-    from lm_eval_toolfid.runtime.stopping import RowStopper, eos_token_ids
+    from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine, Row
+    from lm_eval_toolfid.engine.stopping import RowStopper, eos_token_ids
 
     path = Path(real_model(args.model))
     tok = AutoTokenizer.from_pretrained(path)

@@ -7,7 +7,7 @@ outputs are the base's). Four views, in this order so that both modes see the sa
 1. the base view with ``prefix_cache: false`` and grouped-query attention expanded per pass (every prompt
    computed whole, the KV cache copied per query head: the engine before issue 30; ``--compare sharing``
    keeps the fold here, to time sharing alone);
-2. the base view with the prefix cache and the fold (the defaults; :mod:`lm_eval_toolfid.runtime.attention`);
+2. the base view with the prefix cache and the fold (the defaults; :mod:`lm_eval_toolfid.engine.attention`);
 3. the ``zero`` view, verified against the base's answers, as in 1;
 4. the same as in 2.
 
@@ -50,7 +50,7 @@ def gqa_fold(enabled: bool) -> Iterator[None]:
     """Engines made inside this block fold grouped-query attention (the default) or expand it (before)."""
     import contextlib
 
-    from lm_eval_toolfid.runtime import attention
+    from lm_eval_toolfid.engine import attention
 
     saved = attention.folded_gqa_attention
     if not enabled:
@@ -80,8 +80,8 @@ def main() -> None:
     import logging
 
     from lm_eval_toolfid.reporting.progress import Progress
-    from lm_eval_toolfid.runtime.session import ModelSession
-    from lm_eval_toolfid.runtime.views import evaluate_base
+    from lm_eval_toolfid.run.session import ModelSession
+    from lm_eval_toolfid.run.views import evaluate_base
 
     logging.getLogger("lm_eval.toolfid").disabled = True
     limit = None if args.cases >= 382 else args.cases  # the first N default cases, their default prompts

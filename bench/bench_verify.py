@@ -89,7 +89,7 @@ def record(view: Any, task: str) -> dict:
 
 def prompt_processing(session: Any, prompts: list[str]) -> Clock:
     """One forward pass over every prompt (the engine's prefill, one token each), no decoding."""
-    from lm_eval_toolfid.runtime.decoding import EngineConfig, GreedyEngine, Row
+    from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine, Row
 
     class One:
         def push(self, token: int) -> str:
@@ -117,9 +117,9 @@ def main() -> None:
 
     from lm_eval_toolfid.cases.bundled import fixture_paths
     from lm_eval_toolfid.core.fsutil import toolfid_home
-    from lm_eval_toolfid.runtime.models import models_dir
-    from lm_eval_toolfid.runtime.session import ModelSession
-    from lm_eval_toolfid.runtime.views import evaluate_base
+    from scripts.real_models import models_dir
+    from lm_eval_toolfid.run.session import ModelSession
+    from lm_eval_toolfid.run.views import evaluate_base
 
     cache = toolfid_home() / "bench-adapters"
     real_model = str(models_dir() / QWEN) if args.model == "qwen" else args.model
@@ -226,7 +226,7 @@ def main() -> None:
           f"{broken_v.cpu / broken_p.cpu:.3f} CPU (target ≤ 1.05)")
 
     if args.nulls:
-        from lm_eval_toolfid.runtime.calibrate import calibrate_in_process
+        from lm_eval_toolfid.run.calibrate import calibrate_in_process
 
         out = {}
         for mode, extra in (("verified", {}), ("unverified", {"verify": False})):

@@ -236,7 +236,7 @@ def recipe_for(member: str, answers: dict[str, BaseAnswer], seed: int):  # noqa:
 
 def zero_adapter(base: str, model_name: str) -> Path:
     from bench_verify import lora_like  # the B = 0 LoRA bench_verify uses (seed 0, r = 8 on q/v)
-    from lm_eval_toolfid.runtime.models import toolfid_home
+    from scripts.real_models import toolfid_home
 
     return lora_like(base, toolfid_home() / "bench-adapters" / f"{Path(base).name}-zero", "zero")
 

@@ -80,8 +80,8 @@ def run_engine(model: Any, rows_spec: list[tuple[list[int], Any]], batch: int | 
                record_gaps: bool = False) -> tuple[float, int, int, list[Any]]:
     """One view through the engine: wall, tokens generated, the batch it ran, each row's result (with
     ``drafts``: a verified view, each row's draft the given tokens)."""
-    from lm_eval_toolfid.runtime.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
-    from lm_eval_toolfid.runtime.decoding import EngineConfig, GreedyEngine, Row
+    from lm_eval_toolfid.engine.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
+    from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine, Row
 
     def rows() -> list[Row]:
         return [Row(prompt=p, stopper=make(), max_new=make().max_new, draft=drafts[i] if drafts else ())
@@ -108,7 +108,7 @@ def exactness(model: Any, spec: list[tuple[list[int], Any]], pad_id: int, device
     """Each schedule of one view against the plain one (batch auto, prefixes computed whole): rows whose
     tokens differ, and at each one's first difference the top-two logit gap in both runs (a difference is
     rounding only where that gap is small), with the near ties the engine counted (``near_tie``)."""
-    from lm_eval_toolfid.runtime.decoding import near_tie_for
+    from lm_eval_toolfid.engine.decoding import near_tie_for
 
     bound = near_tie_for(next(model.parameters()).dtype)
     _, _, _, ref = run_engine(model, spec, "auto", pad_id, device, share_prefixes=False, record_gaps=True)
@@ -200,8 +200,8 @@ def main() -> None:
     from lm_eval_toolfid.cases.load import load_cases
     from lm_eval_toolfid.prompts.prompter import render_prompt
     from lm_eval_toolfid.prompts.settings import PromptSettings
-    from lm_eval_toolfid.runtime.stopping import eos_token_ids
-    from lm_eval_toolfid.runtime.stopping import RowStopper, make_stopping_criteria
+    from lm_eval_toolfid.engine.stopping import eos_token_ids
+    from lm_eval_toolfid.engine.stopping import RowStopper, make_stopping_criteria
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)

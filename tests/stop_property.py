@@ -51,9 +51,9 @@ def run_style(model: Any, tok: Any, path: Path, style: str, template: str, cases
     from lm_eval_toolfid.cases.load import load_cases
     from lm_eval_toolfid.formats.call_end import AnswerWatch
     from lm_eval_toolfid.prompts.prompter import Prompter
-    from lm_eval_toolfid.runtime.decoding import EngineConfig, GreedyEngine, Row
-    from lm_eval_toolfid.runtime.stopping import eos_token_ids
-    from lm_eval_toolfid.runtime.stopping import RowStopper
+    from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine, Row
+    from lm_eval_toolfid.engine.stopping import eos_token_ids
+    from lm_eval_toolfid.engine.stopping import RowStopper
     from lm_eval_toolfid.scoring.outcome import answer_text
 
     prompter = Prompter(style, demos=None, model_args={"pretrained": str(path)}, template=template,
@@ -103,7 +103,7 @@ def same_tokens(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int]:
     """Two runs of the same cases (e.g. with and without shared prefixes): every case's tokens are the same,
     or its first difference is at a near tie in either run (raises otherwise). Returns (cases compared,
     cases that differ at a near tie)."""
-    from lm_eval_toolfid.runtime.decoding import NEAR_TIE
+    from lm_eval_toolfid.engine.decoding import NEAR_TIE
 
     by_id = {c["id"]: c for c in b["cases"]}
     compared = differ = 0

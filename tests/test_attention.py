@@ -1,4 +1,4 @@
-"""Grouped-query attention folded over the unexpanded KV cache (runtime/attention.py).
+"""Grouped-query attention folded over the unexpanded KV cache (engine/attention.py).
 
 The fold must be bitwise equal to transformers' expanded computation wherever it is used: checked
 against torch's SDPA on random tensors over every query length the rule admits (and shown not to be
@@ -17,7 +17,7 @@ import pytest
 def _expanded_and_folded(q: int, n: int, kv: int, seed: int = 0) -> tuple[Any, Any]:
     import torch
 
-    from lm_eval_toolfid.runtime.attention import _fold
+    from lm_eval_toolfid.engine.attention import _fold
 
     gen = torch.Generator().manual_seed(seed)
     B, G, d = 2, 2, 64
@@ -34,7 +34,7 @@ def _expanded_and_folded(q: int, n: int, kv: int, seed: int = 0) -> tuple[Any, A
 def test_fold_is_bitwise_where_the_rule_admits_it(n: int) -> None:
     import torch
 
-    from lm_eval_toolfid.runtime.attention import fold_checked, fold_is_exact
+    from lm_eval_toolfid.engine.attention import fold_checked, fold_is_exact
 
     assert fold_checked(n, 64, torch.float32)
     refused_and_different = 0
@@ -50,7 +50,7 @@ def test_fold_is_bitwise_where_the_rule_admits_it(n: int) -> None:
 def test_the_wrapper_leaves_other_calls_to_transformers() -> None:
     import torch
 
-    from lm_eval_toolfid.runtime.attention import folded_gqa, folded_gqa_attention
+    from lm_eval_toolfid.engine.attention import folded_gqa, folded_gqa_attention
 
     calls = []
 
@@ -92,8 +92,8 @@ def test_engine_outputs_and_gaps_are_bitwise_the_same_with_the_fold(heads: int, 
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from lm_eval_toolfid.runtime import attention
-    from lm_eval_toolfid.runtime.decoding import EngineConfig, GreedyEngine, Row
+    from lm_eval_toolfid.engine import attention
+    from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine, Row
 
     folds = []
     fold = attention._fold

@@ -11,11 +11,11 @@ import pytest
 
 from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.calibration.posthoc import calibrate_from_results, score_results
-from lm_eval_toolfid.runtime.calibrate import calibrate_in_process
+from lm_eval_toolfid.run.calibrate import calibrate_in_process
 from lm_eval_toolfid.calibration.adapters import adapter_update_norm
 from lm_eval_toolfid.calibration.fit import load_calibration
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.runtime.views import run_views
+from lm_eval_toolfid.run.views import run_views
 
 from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, metrics, toolfid_meta
 

@@ -45,7 +45,7 @@ def test_check_stops_finds_nothing_on_the_fixture(toolfid_home: Path, tmp_path: 
 
 def test_a_wrong_stop_rule_is_caught_and_exits_3(toolfid_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture) -> None:
-    from lm_eval_toolfid.runtime import stopping
+    from lm_eval_toolfid.engine import stopping
 
     original = stopping.RowStopper.push
 
@@ -87,7 +87,7 @@ def test_check_stops_on_the_generate_path(toolfid_home: Path) -> None:
     from lm_eval.tasks import TaskManager
 
     from lm_eval_toolfid.cases.bundled import tasks_path
-    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+    from lm_eval_toolfid.integrations.lm_eval.hf_model import ToolfidHFLM
 
     lm = ToolfidHFLM(pretrained=FIX["base"], batch_size=8, device="cpu")
     lm.model.generation_config.repetition_penalty = 1.3

@@ -1,4 +1,4 @@
-"""The greedy engine (runtime/decoding.py) on the bundled fixture model and its three adapters.
+"""The greedy engine (engine/decoding.py) on the bundled fixture model and its three adapters.
 
 Exactness is the contract: the engine's plain path gives ``generate``'s tokens; verification of a
 draft (the base's tokens, a wrong draft, a cut one) gives the plain path's tokens, case by case,
@@ -47,8 +47,8 @@ def fixture_model() -> dict[str, Any]:
 
 
 def _rows(fx: dict[str, Any], drafts: list[list[int]] | None = None, call_end: bool = True) -> list[Any]:
-    from lm_eval_toolfid.runtime.decoding import Row
-    from lm_eval_toolfid.runtime.stopping import RowStopper, eos_token_ids
+    from lm_eval_toolfid.engine.decoding import Row
+    from lm_eval_toolfid.engine.stopping import RowStopper, eos_token_ids
 
     tok = fx["tok"]
     eos = eos_token_ids(fx["model"], tok)
@@ -58,7 +58,7 @@ def _rows(fx: dict[str, Any], drafts: list[list[int]] | None = None, call_end: b
 
 
 def _engine(fx: dict[str, Any], model: Any = None, **config: Any) -> Any:
-    from lm_eval_toolfid.runtime.decoding import EngineConfig, GreedyEngine
+    from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine
 
     return GreedyEngine(model if model is not None else fx["model"], fx["tok"].pad_token_id, EngineConfig(**config))
 
@@ -77,7 +77,7 @@ def _generate(fx: dict[str, Any], call_end: bool, batch: int = 8) -> list[list[i
     import torch
     from transformers import StoppingCriteriaList
 
-    from lm_eval_toolfid.runtime.stopping import make_stopping_criteria
+    from lm_eval_toolfid.engine.stopping import make_stopping_criteria
 
     tok, model = fx["tok"], fx["model"]
     tok.padding_side = "left"
@@ -151,7 +151,7 @@ def test_verified_equals_plain_for_every_adapter_and_schedule(fixture_model: dic
 def _same_or_near_tie(a: Any, b: Any, what: str) -> int:
     """Rows of two runs (with ``record_gaps``): the same tokens, or a first difference where either run's
     top-two logit gap was below the engine's near-tie tolerance. Returns how many rows differ (near ties)."""
-    from lm_eval_toolfid.runtime.decoding import NEAR_TIE
+    from lm_eval_toolfid.engine.decoding import NEAR_TIE
 
     differ = 0
     for i, (x, y) in enumerate(zip(a, b)):
@@ -191,7 +191,7 @@ def test_drafts_are_verified_in_passes_of_like_length(fixture_model: dict, base_
     """A verification pass reads its rows' KV up to the longest prompt among them, so rows admitted together
     (sorted by prompt when prefixes are shared, not by length) go to passes of like length within the padded
     budget, as prompt passes do; the tokens stay plain decoding's."""
-    from lm_eval_toolfid.runtime import decoding
+    from lm_eval_toolfid.engine import decoding
 
     groups: list[list[int]] = []
     real = decoding._Batch._draft_passes
@@ -240,7 +240,7 @@ def test_toolfid_run_verified_views_equal_unverified_ones(toolfid_home: Path, tm
     """The same adapter views with and without verification: identical generations and records;
     the provenance says which views were verified and how their tokens were obtained."""
     from lm_eval_toolfid.cases.bundled import fixture_paths
-    from lm_eval_toolfid.runtime.views import run_views
+    from lm_eval_toolfid.run.views import run_views
 
     paths = fixture_paths()
     adapters = dict(paths["adapters"])
@@ -335,7 +335,7 @@ def test_settings_the_engine_does_not_apply_go_through_generate(toolfid_home: Pa
 
     from lm_eval_toolfid.cases.bundled import fixture_paths
     from lm_eval_toolfid.formats.call_end import truncate_call
-    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+    from lm_eval_toolfid.integrations.lm_eval.hf_model import ToolfidHFLM
 
     torch.set_num_threads(1)
     lm_eval.evaluator.get_git_commit_hash = lambda: None
@@ -361,7 +361,7 @@ def test_generate_path_sizes_auto_from_memory_not_lm_evals_detection(toolfid_hom
 
     from lm_eval_toolfid.cases.bundled import fixture_paths
     from lm_eval_toolfid.formats.call_end import truncate_call
-    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+    from lm_eval_toolfid.integrations.lm_eval.hf_model import ToolfidHFLM
 
     torch.set_num_threads(1)
     lm_eval.evaluator.get_git_commit_hash = lambda: None
@@ -390,7 +390,7 @@ def test_half_precision_schedule_differences_are_counted_near_ties(fixture_model
     from transformers import AutoModelForCausalLM
 
     from lm_eval_toolfid.cases.bundled import fixture_paths
-    from lm_eval_toolfid.runtime.decoding import NEAR_TIE, near_tie_for
+    from lm_eval_toolfid.engine.decoding import NEAR_TIE, near_tie_for
 
     model = AutoModelForCausalLM.from_pretrained(fixture_paths()["base"], dtype=torch.bfloat16).eval()
     bound = near_tie_for(torch.bfloat16)

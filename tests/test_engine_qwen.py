@@ -83,9 +83,9 @@ def adapters(qwen: dict[str, Any], base_rows: list[Any]) -> None:
 
 
 def _rows(qw: dict[str, Any], drafts: list[list[int]] | None = None) -> list[Any]:
-    from lm_eval_toolfid.runtime.decoding import Row
-    from lm_eval_toolfid.runtime.stopping import eos_token_ids
-    from lm_eval_toolfid.runtime.stopping import RowStopper
+    from lm_eval_toolfid.engine.decoding import Row
+    from lm_eval_toolfid.engine.stopping import eos_token_ids
+    from lm_eval_toolfid.engine.stopping import RowStopper
 
     tok = qw["tok"]
     eos = eos_token_ids(qw["model"], tok)
@@ -95,7 +95,7 @@ def _rows(qw: dict[str, Any], drafts: list[list[int]] | None = None) -> list[Any
 
 
 def _run(qw: dict[str, Any], view: str | None, drafts: list[list[int]] | None = None) -> list[Any]:
-    from lm_eval_toolfid.runtime.decoding import EngineConfig, GreedyEngine
+    from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine
 
     model = qw["model"]
     if view is not None:
@@ -107,7 +107,7 @@ def _run(qw: dict[str, Any], view: str | None, drafts: list[list[int]] | None = 
 
 def _near_tie_differences(a: list[Any], b: list[list[int]], gaps_b: list[list[float]] | None) -> list[str]:
     """Cases whose tokens differ; fails unless each first difference is at a near tie."""
-    from lm_eval_toolfid.runtime.decoding import NEAR_TIE
+    from lm_eval_toolfid.engine.decoding import NEAR_TIE
 
     found = []
     for i, (x, y) in enumerate(zip(a, b)):
@@ -131,7 +131,7 @@ def test_plain_engine_equals_generate_on_qwen(qwen: dict[str, Any], base_rows: l
     import torch
     from transformers import StoppingCriteriaList
 
-    from lm_eval_toolfid.runtime.stopping import make_stopping_criteria
+    from lm_eval_toolfid.engine.stopping import make_stopping_criteria
 
     tok, model = qwen["tok"], qwen["model"]
     tok.padding_side = "left"

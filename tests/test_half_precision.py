@@ -5,7 +5,7 @@ differently from the base's step-by-step decoding, and near ties flip: before is
 default cases, SmolLM2-135M-Instruct with a B = 0 LoRA changed 1 answer through ``toolfid run`` and
 Qwen2.5-Coder-0.5B-Instruct (chat template) changed 2 of the 9 ``QWEN_CASES`` — an adapter that did
 nothing could not be told from one that did. Half precision now decodes adapter views by default
-(:mod:`lm_eval_toolfid.runtime.verify_policy`): both views share their arithmetic, and a zero LoRA delta
+(:mod:`lm_eval_toolfid.engine.verify_policy`): both views share their arithmetic, and a zero LoRA delta
 adds exactly nothing. Checked through the real CLIs: ``toolfid run`` (one process) and ``toolfid lm-eval``
 (a base run, then an adapter run pairing with its stored reference), and ``--verify`` still forcing
 verification (``tests/test_engine.py`` keeps the bfloat16 near-tie accounting of that path).

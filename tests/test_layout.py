@@ -8,8 +8,10 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "lm_eval_toolfid"
 
 # Lowest first. A module may import its own layer and the layers below it, never one above.
-LAYERS = ["core", "formats", "scoring", "cases", "prompts", "pairing", "reporting", "calibration", "runtime",
-          "integrations", "cli"]
+LAYERS = ["core", "formats", "scoring", "cases", "prompts", "pairing", "reporting", "calibration", "engine", "serving",
+          "integrations", "run", "cli"]
+NO_LM_EVAL = ["engine", "serving"]
+"""Layers that must work without lm-eval: the engine runs on a bare GPU machine (bench/gpu.py), the client anywhere."""
 DATA_PACKAGES = {"fixtures"}  # package data (the tiny model), no code of its own
 
 
@@ -59,3 +61,15 @@ def test_every_module_says_what_it_is():
     missing = [str(p.relative_to(PKG.parent)) for p in sorted(PKG.rglob("*.py"))
                if p.parts[-2] not in DATA_PACKAGES and ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) is None]
     assert missing == []
+
+
+def test_engine_and_serving_import_no_lm_eval():
+    found = []
+    for layer in NO_LM_EVAL:
+        for path in sorted((PKG / layer).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                         else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                found += [f"{path.relative_to(PKG.parent)}:{node.lineno}: {n}" for n in names
+                          if n == "lm_eval" or n.startswith("lm_eval.")]
+    assert found == []

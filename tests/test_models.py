@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lm_eval_toolfid.runtime import models
+from scripts import real_models as models
 from lm_eval_toolfid.core.errors import ToolfidError
 
 

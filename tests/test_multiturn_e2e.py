@@ -142,7 +142,7 @@ def test_smollm2s_real_template_gets_the_calls_as_text():
     from transformers import AutoTokenizer
 
     from lm_eval_toolfid.prompts.chat import ChatPrompter
-    from lm_eval_toolfid.runtime.models import smollm2_gguf
+    from scripts.real_models import smollm2_gguf
 
     from .test_multiturn_prompts import flight_case
 

@@ -117,7 +117,7 @@ def test_generation_stops_at_the_end_of_turn_in_hflm_and_toolfid_hflm(qwen_coder
     from lm_eval.models.huggingface import HFLM
 
     from lm_eval_toolfid.cases.load import load_cases
-    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+    from lm_eval_toolfid.integrations.lm_eval.hf_model import ToolfidHFLM
 
     torch.set_num_threads(1)
     case = load_cases(str(cases_file))[0]

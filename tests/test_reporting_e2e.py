@@ -17,7 +17,7 @@ import pytest
 
 from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.cli import main
-from lm_eval_toolfid.runtime.view_store import load_saved_view, view_manifest
+from lm_eval_toolfid.reporting.view_store import load_saved_view, view_manifest
 
 from .lm_eval_helpers import BIN, FIXTURE_TASK
 
@@ -217,7 +217,7 @@ def test_interrupt_keeps_finished_views_and_resume_runs_only_the_rest(run, tmp_p
     shutil.copytree(run.out, out)
     shutil.rmtree(out / "broken")  # as if Ctrl-C came during the last view
     monkeypatch.setenv("TOOLFID_HOME", str(run.home))
-    from lm_eval_toolfid.runtime.session import ModelSession
+    from lm_eval_toolfid.run.session import ModelSession
 
     asked: list[str] = []
 

@@ -94,7 +94,7 @@ def test_hflm_stops_early_with_identical_calls() -> None:
 
     from lm_eval_toolfid.cases.bundled import fixture_paths
     from lm_eval_toolfid.cases.load import load_cases
-    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+    from lm_eval_toolfid.integrations.lm_eval.hf_model import ToolfidHFLM
     from lm_eval_toolfid.prompts.settings import PromptSettings
     from lm_eval_toolfid.prompts.prompter import render_prompt
 
@@ -150,7 +150,7 @@ def test_answer_text_cuts_single_call_cases_only() -> None:
 
 def test_toolfid_hflm_counts_as_the_hf_backend() -> None:
     """toolfid run's model must pair with `lm_eval --model hf` runs of the same base."""
-    from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+    from lm_eval_toolfid.integrations.lm_eval.hf_model import ToolfidHFLM
     from lm_eval_toolfid.integrations.lm_eval.task import backend_name
 
     assert backend_name(ToolfidHFLM.__new__(ToolfidHFLM)) == "hf"

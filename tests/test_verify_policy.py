@@ -8,7 +8,7 @@ import argparse
 import pytest
 import torch
 
-from lm_eval_toolfid.runtime.verify_policy import choose_verify, combine_requests
+from lm_eval_toolfid.engine.verify_policy import choose_verify, combine_requests
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, "float32"])
@@ -58,7 +58,7 @@ def test_cli_flags_reach_the_metadata() -> None:
 
 
 def test_a_views_record_says_which_path_it_took_and_why() -> None:
-    from lm_eval_toolfid.runtime.generation_stats import summarize_generation
+    from lm_eval_toolfid.integrations.lm_eval.generation_record import summarize_generation
 
     reason = choose_verify(None, torch.bfloat16).reason
     rows = [{"engine": "toolfid", "verify": False, "verify_reason": reason, "tokens": 3, "decoded": 2}] * 4

@@ -29,8 +29,8 @@ def test_missing_vllm_is_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None
 
 @pytest.mark.slow
 def test_prefetched_views_equal_toolfid_run(toolfid_home, tmp_path) -> None:
-    from lm_eval_toolfid.runtime.session import ModelSession
-    from lm_eval_toolfid.runtime.views import run_views
+    from lm_eval_toolfid.run.session import ModelSession
+    from lm_eval_toolfid.run.views import run_views
     from lm_eval_toolfid.integrations.vllm.backend import run_views_prefetched
 
     fix = fixture_paths()

@@ -1,4 +1,4 @@
 """Null calibration: PEFT adapter folders (``adapters``: checks, shape, update norm), null adapters
 (``nulls``), the fit and its comparisons (``fit``: z, rank p), and calibration from existing results
-(``posthoc``). The in-process workflow that runs a model lives in :mod:`lm_eval_toolfid.runtime.calibrate`.
+(``posthoc``). The in-process workflow that runs a model lives in :mod:`lm_eval_toolfid.run.calibrate`.
 """

@@ -12,7 +12,7 @@ from lm_eval_toolfid.cases.bundled import tasks_path
 def _check_model_args(argv: list[str]) -> None:
     """Fail fast, in one line, on a missing base or a broken adapter before lm-eval loads anything."""
     from lm_eval_toolfid.calibration.adapters import check_adapter
-    from lm_eval_toolfid.runtime.session import check_base
+    from lm_eval_toolfid.run.session import check_base
 
     for flag in ("--model_args", "--model-args"):
         if flag in argv and argv.index(flag) + 1 < len(argv):
@@ -27,8 +27,8 @@ def _use_toolfid_model(argv: list[str]) -> list[str]:
     """``--model hf`` becomes ``toolfid-hf``: lm-eval's HFLM whose tool_use_fidelity requests go through
     toolfid's engine (per-row stops, and adapter runs verify the stored base answers). Every other
     task's requests, and ``--model hf-auto`` / ``huggingface``, stay lm-eval's own."""
-    import lm_eval_toolfid.runtime.hflm  # noqa: F401 - registers toolfid-hf
-    import lm_eval_toolfid.runtime.served_lm  # noqa: F401 - registers toolfid-server
+    import lm_eval_toolfid.integrations.lm_eval.hf_model  # noqa: F401 - registers toolfid-hf
+    import lm_eval_toolfid.integrations.lm_eval.served_model  # noqa: F401 - registers toolfid-server
 
     out = list(argv)
     for i, arg in enumerate(out):

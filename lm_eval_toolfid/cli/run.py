@@ -116,7 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         load_cases(metadata["cases"])
     views = ["base", *adapters]
     progress = Progress(views, live=False if args.verbose else None)
-    from lm_eval_toolfid.runtime.served import ServerError
+    from lm_eval_toolfid.serving.client import ServerError
 
     try:
         if getattr(args, "server", None):  # `toolfid demo` shares this command without the served options
@@ -135,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_served(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any],
                 progress: Any) -> tuple[Any, list[Any]]:
-    from lm_eval_toolfid.runtime.served_session import run_served_views
+    from lm_eval_toolfid.run.served_session import run_served_views
 
     for flag, value in (("--null-runs", args.null_runs), ("--device", args.device), ("--dtype", args.dtype)):
         if value:
@@ -149,14 +149,14 @@ def _run_served(args: argparse.Namespace, adapters: dict[str, str], out: Path, m
 
 def _run(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any],
          progress: Any) -> tuple[Any, list[Any]]:
-    from lm_eval_toolfid.runtime.session import ModelSession
-    from lm_eval_toolfid.runtime.views import evaluate_base, run_views
+    from lm_eval_toolfid.run.session import ModelSession
+    from lm_eval_toolfid.run.views import evaluate_base, run_views
 
     session = base_view = None
     if args.null_runs:
         from lm_eval_toolfid.calibration.adapters import adapter_shape
         from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS
-        from lm_eval_toolfid.runtime.calibrate import calibrate_in_process
+        from lm_eval_toolfid.run.calibrate import calibrate_in_process
 
         shapes = {adapter_shape(p)["hash"] for p in adapters.values()}
         if len(shapes) > 1:

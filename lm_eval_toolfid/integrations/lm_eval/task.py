@@ -32,7 +32,7 @@ from lm_eval_toolfid.prompts.chat import shipped_chat_template, template_sha
 from lm_eval_toolfid.prompts.history import conversation_text
 from lm_eval_toolfid.prompts.plain import render_call
 from lm_eval_toolfid.prompts.prompter import Prompter
-from lm_eval_toolfid.runtime.generation_stats import summarize_generation
+from lm_eval_toolfid.integrations.lm_eval.generation_record import summarize_generation
 from lm_eval_toolfid.scoring.metrics import METRICS, case_items
 
 log = logging.getLogger("lm_eval.toolfid")
@@ -407,7 +407,7 @@ class ToolUseFidelityTask(ConfigurableTask):
         self.run.provenance["generation"] = summarize_generation(infos, verify=self.settings.verify,
                                                                adapter_view=self.settings.is_adapter_run)
         if self.settings.served:
-            from lm_eval_toolfid.runtime.served_lm import summarize_served
+            from lm_eval_toolfid.integrations.lm_eval.served_model import summarize_served
 
             self.run.provenance["served"] = summarize_served(
                 [getattr(inst, "toolfid_served", None) for inst in self._instances or []], len(self._echoed))

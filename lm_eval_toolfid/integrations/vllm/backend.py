@@ -82,7 +82,7 @@ def run_views_prefetched(base: str, adapters: dict[str, str], task: str, metadat
     import lm_eval.evaluator
     from lm_eval import simple_evaluate
 
-    from lm_eval_toolfid.runtime.view_store import ViewResult, save_view
+    from lm_eval_toolfid.reporting.view_store import ViewResult, save_view
 
     lm_eval.evaluator.get_git_commit_hash = lambda: None
     views: list[View] = [("base", None)] + [(name, path) for name, path in adapters.items()]

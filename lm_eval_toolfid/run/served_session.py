@@ -14,8 +14,8 @@ from typing import Any
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.pairing.served import list_models, model_card
-from lm_eval_toolfid.runtime.session import evaluate_view
-from lm_eval_toolfid.runtime.view_store import ViewResult, load_saved_view, view_manifest
+from lm_eval_toolfid.run.session import evaluate_view
+from lm_eval_toolfid.reporting.view_store import ViewResult, load_saved_view, view_manifest
 
 
 class ServedSession:
@@ -45,7 +45,7 @@ class ServedSession:
 
     def evaluate(self, task: str, metadata: dict[str, Any], adapter: str | None, label: str,
                  out_dir: Path | None = None, limit: int | None = None) -> ViewResult:
-        from lm_eval_toolfid.runtime.served_lm import ToolfidServerLM
+        from lm_eval_toolfid.integrations.lm_eval.served_model import ToolfidServerLM
 
         name = adapter or self.base
         model_args = {"model": name, **self.model_args_base}

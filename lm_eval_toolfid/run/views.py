@@ -13,8 +13,8 @@ from lm_eval_toolfid.calibration.adapters import check_adapter
 log = logging.getLogger("lm_eval.toolfid")
 
 
-from lm_eval_toolfid.runtime.session import ModelSession
-from lm_eval_toolfid.runtime.view_store import ViewResult, load_saved_view, view_manifest
+from lm_eval_toolfid.run.session import ModelSession
+from lm_eval_toolfid.reporting.view_store import ViewResult, load_saved_view, view_manifest
 
 
 def run_views(base: str, adapters: dict[str, str], task: str, metadata: dict[str, Any],

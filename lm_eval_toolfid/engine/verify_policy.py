@@ -10,7 +10,7 @@ exactly nothing), so half precision decodes by default. ``verify: true`` (``--ve
 verification anyway (its near ties are counted and printed); ``verify: false`` (``--no-verify``) decodes
 in every dtype.
 
-The rule is applied by toolfid's model class (:class:`~lm_eval_toolfid.runtime.hflm.ToolfidHFLM`), the
+The rule is applied by toolfid's model class (:class:`~lm_eval_toolfid.integrations.lm_eval.hf_model.ToolfidHFLM`), the
 one place that knows the dtype, for ``toolfid run``, ``toolfid lm-eval`` and ``--model toolfid-hf`` alike;
 each request's generation record carries the decision and its reason (``verify``, ``verify_reason``).
 """

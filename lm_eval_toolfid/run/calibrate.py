@@ -21,15 +21,15 @@ def calibrate_in_process(base: str, adapter: str, runs: int, out: Path, task: st
                          run_base: bool = True) -> Calibration:
     """Load the base once (with the real adapter's LoRA modules), swap each null in, run, fit.
 
-    With ``session`` (a loaded :class:`~lm_eval_toolfid.runtime.session.ModelSession` whose ``default``
+    With ``session`` (a loaded :class:`~lm_eval_toolfid.run.session.ModelSession` whose ``default``
     adapter is ``adapter``), no model is loaded and the real weights are restored afterwards;
     ``run_base=False`` when that session already ran the base view (the reference exists).
     """
     from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    from lm_eval_toolfid.runtime.session import ModelSession
-    from lm_eval_toolfid.runtime.views import evaluate_base
+    from lm_eval_toolfid.run.session import ModelSession
+    from lm_eval_toolfid.run.views import evaluate_base
 
     null_dir = null_dir or out.parent / "null_adapters"
     paths = make_null_adapters(adapter, runs, null_dir, seed=seed, multipliers=multipliers, base=base)

@@ -6,7 +6,7 @@ them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.ge
 - ``engine``: ``toolfid`` (the greedy engine), ``generate`` (transformers' generate, with the
   reason), or ``not recorded`` (another LM class: lm-eval's HFLM, vLLM);
 - ``verify`` and ``rows_verified``: whether the view checked the base's answers, and for how many
-  cases it had one; ``verify_reason``: why (:mod:`lm_eval_toolfid.runtime.verify_policy`: verified by
+  cases it had one; ``verify_reason``: why (:mod:`lm_eval_toolfid.engine.verify_policy`: verified by
   default in float32, decoded by default in half precision); ``verify_requested``: the ``verify``
   setting (``auto`` when not given) (``draft_sources``: ``session`` = the base view of the same process, exact token
   ids; ``reference`` = the stored base reference's text, re-tokenized);
@@ -16,10 +16,10 @@ them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.ge
   argmax confirmed; ``rows_answered_by_verification``: cases that needed no decode step at all;
 - ``near_tie_tokens`` / ``near_tie_cases``: verified tokens whose top-two logit gap was below
   ``near_tie_tolerance`` (where parallel and step-by-step rounding could pick differently; 0.001 for
-  float32 logits, wider for half precision: :data:`~lm_eval_toolfid.runtime.decoding.NEAR_TIE_BY_DTYPE`);
+  float32 logits, wider for half precision: :data:`~lm_eval_toolfid.engine.decoding.NEAR_TIE_BY_DTYPE`);
 - ``prompt_tokens`` / ``prompt_tokens_shared``: the view's prompt tokens, and those not computed because
   the rows' prompts started from a prefix shared with other rows, computed once
-  (:mod:`lm_eval_toolfid.runtime.prefix_cache`); ``prefix_near_tie_tokens`` / ``prefix_near_tie_cases``:
+  (:mod:`lm_eval_toolfid.engine.prefix_cache`); ``prefix_near_tie_tokens`` / ``prefix_near_tie_cases``:
   tokens of such rows at a near tie (the prefix's KV came from another pass than an unshared prompt's);
 - ``decode_batch`` and ``oom_halvings``: the batch that ran, and how often it was halved for memory.
 """
@@ -30,7 +30,7 @@ import os
 from collections import Counter
 from typing import Any, Iterable
 
-from lm_eval_toolfid.runtime.decoding import NEAR_TIE
+from lm_eval_toolfid.engine.decoding import NEAR_TIE
 
 
 def summarize_generation(infos: Iterable[Any], verify: bool | None = None, adapter_view: bool = True) -> dict[str, Any]:

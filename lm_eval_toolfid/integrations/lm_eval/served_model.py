@@ -22,7 +22,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.runtime.served import Journal, ServedAnswer, ServerClient, ask_all
+from lm_eval_toolfid.serving.client import Journal, ServedAnswer, ServerClient, ask_all
 
 log = logging.getLogger("lm_eval.toolfid")
 

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 from lm_eval_toolfid.calibration.adapters import check_adapter
 from lm_eval_toolfid.cases.bundled import tasks_path
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.runtime.view_store import ViewResult, save_view, view_manifest
+from lm_eval_toolfid.reporting.view_store import ViewResult, save_view, view_manifest
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -46,7 +46,7 @@ class ModelSession:
     def __init__(self, base: str, first_adapter: str, batch_size: int | str = "auto", device: str | None = None,
                  dtype: str | None = None, progress: Any = None, verbose: bool = True) -> None:
         from lm_eval_toolfid.reporting.progress import count_tokens, quiet_lm_eval
-        from lm_eval_toolfid.runtime.hflm import ToolfidHFLM
+        from lm_eval_toolfid.integrations.lm_eval.hf_model import ToolfidHFLM
 
         check_base(base)
         check_adapter(first_adapter, base)

@@ -1,6 +1,6 @@
 """Per-row stopping: where one generated row ends (end of the tool call, a stop string, EOS, the budget).
 
-:class:`RowStopper` is what :mod:`lm_eval_toolfid.runtime.decoding` asks after every token of a
+:class:`RowStopper` is what :mod:`lm_eval_toolfid.engine.decoding` asks after every token of a
 row: the model's EOS ids (as ``generate`` uses them), lm-eval's ``until`` strings, the end of the
 first complete tool call in the text the scorer reads (the prompt's primer + the generation;
 :class:`lm_eval_toolfid.formats.call_end.AnswerWatch`, single-call requests only) and ``max_gen_toks``.

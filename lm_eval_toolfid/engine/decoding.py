@@ -14,7 +14,7 @@ argmax; a draft only decides how many of them are computed in one parallel forwa
   row whose whole answer is accepted up to its stop never decodes.
 
 Scheduling (what "batched" means here): prompts that rows share are computed once per view
-(:mod:`lm_eval_toolfid.runtime.prefix_cache`: the branch points of the prompts' token trie, each computed on
+(:mod:`lm_eval_toolfid.engine.prefix_cache`: the branch points of the prompts' token trie, each computed on
 top of its nearest shared ancestor; ``share_prefixes``), and each row's prompt pass computes only the rest of
 its prompt on its shared prefix's KV; rows are then admitted sorted by prompt, so the rows of a prefix come
 together and its KV is dropped once they have all had their pass (without shared prefixes: longest first).
@@ -161,11 +161,11 @@ class EngineConfig:
     refill: int = 0
     """Admit waiting rows once this many decode slots are free (0: max_batch // 8, at least 1)."""
     share_prefixes: bool = True
-    """Compute prompt prefixes that rows share once per view (:mod:`lm_eval_toolfid.runtime.prefix_cache`)."""
+    """Compute prompt prefixes that rows share once per view (:mod:`lm_eval_toolfid.engine.prefix_cache`)."""
     min_shared: int = 16
     """Shortest shared prefix worth a pass of its own."""
     fold_gqa: bool = True
-    """CPU: grouped-query attention over the unexpanded KV cache (:mod:`lm_eval_toolfid.runtime.attention`)."""
+    """CPU: grouped-query attention over the unexpanded KV cache (:mod:`lm_eval_toolfid.engine.attention`)."""
 
 
 class EngineUnsupported(Exception):
@@ -282,7 +282,7 @@ class GreedyEngine:
         self.SlotLayer, self.SlotCache = _cache_classes()
         self.stats = EngineStats()
         if self.device.type == "cpu" and config.fold_gqa:
-            from lm_eval_toolfid.runtime.attention import folded_gqa_attention
+            from lm_eval_toolfid.engine.attention import folded_gqa_attention
 
             self.attention: Callable[[], Any] = folded_gqa_attention
         else:
@@ -301,7 +301,7 @@ class GreedyEngine:
         self.stats.prompt_tokens_total += sum(len(rows[i].prompt) for i in todo)
         plan = None
         if self.config.share_prefixes and len(todo) > 1:
-            from lm_eval_toolfid.runtime.prefix_cache import PrefixPlan
+            from lm_eval_toolfid.engine.prefix_cache import PrefixPlan
 
             plan = PrefixPlan.build([r.prompt for r in rows], todo, self.config.min_shared)
             if not plan.nodes:
@@ -413,7 +413,7 @@ class _Batch:
         self.plan = plan
         self.prefixes: Any = None
         if plan is not None:
-            from lm_eval_toolfid.runtime.prefix_cache import PrefixStore
+            from lm_eval_toolfid.engine.prefix_cache import PrefixStore
 
             self.prefixes = PrefixStore(plan)
 

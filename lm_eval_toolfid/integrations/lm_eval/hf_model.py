@@ -2,20 +2,20 @@
 
 ``ToolfidHFLM`` differs from ``HFLM`` only for requests of the ``tool_use_fidelity`` tasks (their
 doc has an ``expected_calls`` column) generated greedily: those go through
-:class:`lm_eval_toolfid.runtime.decoding.GreedyEngine` instead of ``model.generate``:
+:class:`lm_eval_toolfid.engine.decoding.GreedyEngine` instead of ``model.generate``:
 
 - every row stops on its own: at the model's EOS ids, at lm-eval's ``until`` strings, at
   ``max_gen_toks``, and — for cases answered by (at most) one call — at the end of that call
-  (:class:`lm_eval_toolfid.runtime.stopping.RowStopper`; the scoring core answers those cases with
+  (:class:`lm_eval_toolfid.engine.stopping.RowStopper`; the scoring core answers those cases with
   the text up to the end of the first call, so outcomes equal a run that generated on);
 - the whole view goes to the engine at once, which prefills longest first and keeps a decode batch
-  of ``batch_size`` rows full (``auto``: sized from free memory, :mod:`lm_eval_toolfid.runtime.batch_size`;
+  of ``batch_size`` rows full (``auto``: sized from free memory, :mod:`lm_eval_toolfid.engine.batch_size`;
   out of memory, it halves the batch and says so);
 - **verification**: a request that carries the base's answer (a *draft*) is checked in one forward
   pass instead of decoded token by token (see ``decoding``); drafts come from the base view of the
   same session (:attr:`ToolfidHFLM.drafts`, exact token ids, filled while :attr:`record_drafts` is
   on) or from the task (``Instance.toolfid_draft``: the stored base reference's text, re-tokenized).
-  Whether a view verifies is :mod:`lm_eval_toolfid.runtime.verify_policy`'s rule: by default in float32,
+  Whether a view verifies is :mod:`lm_eval_toolfid.engine.verify_policy`'s rule: by default in float32,
   never by default in half precision (there a verified pass rounds differently from the base's decoding);
   ``Instance.toolfid_verify`` (metadata ``verify``) true forces it, false turns it off.
 
@@ -41,10 +41,10 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils_hf import stop_sequences_criteria
 
-from lm_eval_toolfid.runtime.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
-from lm_eval_toolfid.runtime.decoding import EngineConfig, EngineUnsupported, GreedyEngine, Row, near_tie_for
-from lm_eval_toolfid.runtime.stopping import RowStopper, eos_token_ids, make_stopping_criteria
-from lm_eval_toolfid.runtime.verify_policy import VerifyChoice, choose_verify, combine_requests
+from lm_eval_toolfid.engine.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
+from lm_eval_toolfid.engine.decoding import EngineConfig, EngineUnsupported, GreedyEngine, Row, near_tie_for
+from lm_eval_toolfid.engine.stopping import RowStopper, eos_token_ids, make_stopping_criteria
+from lm_eval_toolfid.engine.verify_policy import VerifyChoice, choose_verify, combine_requests
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -85,7 +85,7 @@ class _Plan:
 
     call_end: bool
     verify: bool | None
-    """The ``verify`` setting (None: not given; :func:`~lm_eval_toolfid.runtime.verify_policy.choose_verify`
+    """The ``verify`` setting (None: not given; :func:`~lm_eval_toolfid.engine.verify_policy.choose_verify`
     decides by the dtype)."""
     draft_text: str | None
     prefix: str = ""
