@@ -2,8 +2,9 @@
 
 In bfloat16 a verified adapter view (one teacher-forced pass over prompt + the base's answer) rounds
 differently from the base's step-by-step decoding, and near ties flip: before issue 35, on the first 16
-default cases, SmolLM2-135M-Instruct with a B = 0 LoRA changed 1 answer through ``toolfid run`` and
-Qwen2.5-Coder-0.5B-Instruct (chat template) changed 2 of the 9 ``QWEN_CASES`` — an adapter that did
+default cases, SmolLM2-135M-Instruct with a B = 0 LoRA changed 2 answers through ``toolfid run`` and
+``toolfid lm-eval`` (1 torch thread, as here; 1 with 2 threads) and Qwen2.5-Coder-0.5B-Instruct (chat
+template) changed 2 of the 9 ``QWEN_CASES`` — an adapter that did
 nothing could not be told from one that did. Half precision now decodes adapter views by default
 (:mod:`lm_eval_toolfid.engine.verify_policy`): both views share their arithmetic, and a zero LoRA delta
 adds exactly nothing. Checked through the real CLIs: ``toolfid run`` (one process) and ``toolfid lm-eval``
@@ -28,9 +29,9 @@ TASK = "tool_use_fidelity"
 N = 16
 QWEN_CASES = ("email-0012", "fitness-0003", "cinema-0004", "shipping-0015", "maps-0011", "calendar-0011",
               "home-0011", "calendar-0003", "issues-0009")
-"""Default cases 24-31 and 43: run together in bfloat16 before issue 35, a verified B = 0 view of Qwen changed the
-answers of calendar-0011 and issues-0009 (as in the first 64 default cases; alone, those two did not flip: the
-schedule decides which near ties flip)."""
+"""Default cases 24-31 and 43: run together in bfloat16 before issue 35, a verified B = 0 view of Qwen changed 2 of
+them (1 torch thread: fitness-0003 and issues-0009; 2 threads: calendar-0011 and issues-0009, as in the first 64
+default cases). Alone, those cases did not flip: the schedule decides which near ties flip."""
 
 
 def _env(home: Path) -> dict[str, str]:
