@@ -45,10 +45,12 @@ def view_manifest(base: str, adapter: str | None, task: str, metadata: dict[str,
         "format": MANIFEST_FORMAT,
         "base": base, "base_fingerprint": fingerprint(base),
         "adapter": adapter, "adapter_fingerprint": fingerprint(adapter),
-        # verify and prefix_cache change how tokens are computed, not which, and check_stops only checks them:
-        # a view saved either way is reused
+        # prefix_cache changes how tokens are computed, not which, and check_stops only checks them: a view saved
+        # either way is reused; so is verify, except forced (true): in half precision a verified view's tokens can
+        # differ at near ties from the decoded ones every other setting gives (engine/verify_policy.py)
         "task": task, "settings": {k: v for k, v in metadata.items()
-                                   if k not in ("verify", "check_stops", "prefix_cache")},
+                                   if k not in ("verify", "check_stops", "prefix_cache")
+                                   or (k == "verify" and v is True)},
         **({"limit": limit} if limit is not None else {}),
         "model_args": {k: v for k, v in (model_args or {}).items() if k != "pretrained"},
         "toolfid_version": __version__,
