@@ -274,7 +274,7 @@ class ToolfidHFLM(HFLM):
         if not isinstance(size, int):
             size = auto_batch_size(self.model, self.device, [max_length] * context.shape[0])
         mask = generation_kwargs.pop("attention_mask", None)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        pad = self.pad_id()
         out = torch.full((context.shape[0], max_length), pad, dtype=context.dtype, device=context.device)
         for i in range(0, context.shape[0], size):
             kw = dict(generation_kwargs, **({"attention_mask": mask[i:i + size]} if mask is not None else {}))
@@ -347,7 +347,7 @@ class ToolfidHFLM(HFLM):
         requested = self._engine_batch if self._engine_batch is not None else self.batch_size_per_gpu
         batch = requested if isinstance(requested, int) else auto_batch_size(
             self.model, self.device, [len(p) + max_new for p in prompts])
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+        pad_id = self.pad_id(eos)
 
         def autocast() -> Any:
             return torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
@@ -400,6 +400,15 @@ class ToolfidHFLM(HFLM):
 
         think = getattr(self, "think_end_token", None)
         return postprocess_generated_text(self.tok_decode(tokens), stop, think if isinstance(think, str) else None)
+
+    def pad_id(self, eos: list[int] | None = None) -> int:
+        """The id that pads rows (engine batches, generated rows of unequal length): the tokenizer's pad token,
+        else its first EOS id, else 0. (lm-eval's HFLM gives a tokenizer without one a pad token when it loads,
+        so the fallbacks are for tokenizers set otherwise.)"""
+        if self.tokenizer.pad_token_id is not None:
+            return int(self.tokenizer.pad_token_id)
+        eos = eos_token_ids(self.model, self.tokenizer) if eos is None else eos
+        return eos[0] if eos else 0
 
     def compute_dtype(self) -> Any:
         """The dtype the logits are computed in: lm-eval's autocast dtype when set, else the weights'."""
