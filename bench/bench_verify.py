@@ -14,7 +14,7 @@ Prints per view: wall and CPU seconds, the ratio to the base view, verified ÷ u
 accepted / decoded, near ties, and how many cases' generations differ between the two modes
 (must be 0, or near ties). Also the view's own prompt processing (one forward pass over every
 prompt, no decoding) against the ``zero`` view, and, with ``--nulls K``, a K-null calibration
-(``calibrate_in_process``) verified vs not. Targets: ``zero`` ≤ 0.45× the base view and ≤ 1.2× its
+(``CalibrationStage.run``) verified vs not. Targets: ``zero`` ≤ 0.45× the base view and ≤ 1.2× its
 prompt processing; ``broken`` verified ≤ 1.05× unverified.
 
     nice .venv/bin/python bench/bench_verify.py --model fixture --nulls 2

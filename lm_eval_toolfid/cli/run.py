@@ -117,11 +117,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         load_cases(metadata["cases"])
     plan = _plan(args, adapters, out, metadata)
     progress = Progress(plan.progress_labels(), live=False if args.verbose else None)
-    from lm_eval_toolfid.run.runner import open_session, run_plan
+    from lm_eval_toolfid.run.runner import run_plan
     from lm_eval_toolfid.serving.client import ServerError
 
     try:
-        base_view, adapter_views = run_plan(plan, open_session(plan, progress), progress)
+        base_view, adapter_views = run_plan(plan, progress=progress)  # the session the plan's models call for
     except (KeyboardInterrupt, ServerError) as exc:
         progress.close()
         saved = sorted(p.parent.name for p in out.glob("*/manifest.json"))

@@ -13,7 +13,7 @@ from lm_eval_toolfid.calibration.fit import Calibration
 from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS, make_null_adapters
 from lm_eval_toolfid.calibration.posthoc import calibration_from_results, write_calibration
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.run.plan import ModelOptions, View
+from lm_eval_toolfid.run.plan import ModelOptions, RunPlan, View
 from lm_eval_toolfid.run.session import ModelSession, check_adapters
 
 log = logging.getLogger("lm_eval.toolfid")
@@ -50,13 +50,18 @@ class CalibrationStage:
             raise ToolfidError("--null-runs calibrates one adapter update norm; these adapters differ ("
                                + ", ".join(f"{k} {v:.3g}" for k, v in norms.items()) + "): run each with --null-runs")
 
-    def adapter_metadata(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
-        """The settings of the adapter views that follow: judged against this calibration."""
-        return {**metadata, "calibration": str(self.out)}
-
     def make_nulls(self, adapter: str, base: str) -> list[Path]:
         return make_null_adapters(adapter, self.runs, self.null_dir or self.out.parent / "null_adapters",
                                   seed=self.seed, multipliers=self.multipliers, base=base)
+
+    def run_in(self, session: Any, plan: RunPlan) -> dict[str, Any]:
+        """A stage of ``toolfid run --null-runs``, after the base view (the nulls pair with its reference): nulls
+        of the plan's first adapter (the session's ``default``) run and fitted; returns the settings of the
+        adapter views that follow (judged against this calibration)."""
+        if not isinstance(session, ModelSession):
+            raise ToolfidError("null calibration runs in process (the session must load the base)")
+        self.run(session, next(iter(plan.adapters.values())), plan.task, plan.metadata)
+        return {**plan.metadata, "calibration": str(self.out)}
 
     def run(self, session: ModelSession, adapter: str, task: str, metadata: Mapping[str, Any]) -> Calibration:
         """Nulls of ``adapter`` (the session's ``default`` adapter), each run after the base view, fitted."""

@@ -56,11 +56,10 @@ def run_plan(plan: RunPlan, session: ViewSession | None = None,
     done = saved_views(plan, session.manifest_args, progress)
     base = done.get("base") or _evaluate(session, [plan.base_view()], plan, progress)[0]
     metadata: Mapping[str, Any] = plan.metadata
-    if plan.calibration is not None:  # the nulls pair with the base view's reference
-        plan.calibration.run(session, next(iter(plan.adapters.values())), plan.task, plan.metadata)  # type: ignore[arg-type]
-        metadata = plan.calibration.adapter_metadata(plan.metadata)
+    if plan.calibration is not None:
+        metadata = plan.calibration.run_in(session, plan)
     todo = [view for view in plan.adapter_views(metadata) if view.label not in done]
-    ran = {view.label: view for view in _evaluate(session, todo, plan, progress)} if todo else {}
+    ran = {result.label: result for result in _evaluate(session, todo, plan, progress)} if todo else {}
     return base, [done.get(label) or ran[label] for label in plan.adapters]
 
 
