@@ -29,6 +29,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+import contextlib
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -80,24 +81,24 @@ def main() -> None:
     import logging
 
     from lm_eval_toolfid.reporting.progress import Progress
+    from lm_eval_toolfid.run.plan import ModelOptions, View
     from lm_eval_toolfid.run.session import ModelSession
-    from lm_eval_toolfid.run.views import evaluate_base
 
     logging.getLogger("lm_eval.toolfid").disabled = True
     limit = None if args.cases >= 382 else args.cases  # the first N default cases, their default prompts
     meta: dict[str, Any] = {}
     zero = str(zero_lora(Path(base), tmp / "zero"))
     batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
-    session = ModelSession(base, zero, batch_size=batch, device="cpu", progress=Progress(["v"], enabled=False),
-                           verbose=False)
+    session = ModelSession(base, ModelOptions(batch_size=batch, device="cpu"), progress=Progress(["v"], enabled=False),
+                           verbose=False).load({"zero": zero})
     task = args.task
     views: dict[str, tuple[Any, Clock, Any]] = {}
     for name, adapter, shared in (("base", None, False), ("base", None, True), ("zero", zero, False),
                                   ("zero", zero, True)):
         m = {**meta, "prefix_cache": shared, **({} if adapter else {"write_reference": not shared})}
         with gqa_fold(shared or args.compare == "sharing"), Clock() as clock:
-            view = (evaluate_base(session, task, m, limit=limit) if adapter is None
-                    else session.evaluate(task, m, adapter=adapter, label=name, limit=limit))
+            with session.base_view() if adapter is None else contextlib.nullcontext():
+                view = session.evaluate_current(View(name, adapter, m), task, limit)
         views[(name, shared)] = (view, clock, session.lm.engine_stats)
         print(f"  ran {name} prefix_cache={shared}: {clock.wall:.1f} s", flush=True)
 

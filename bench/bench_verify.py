@@ -14,7 +14,7 @@ Prints per view: wall and CPU seconds, the ratio to the base view, verified ÷ u
 accepted / decoded, near ties, and how many cases' generations differ between the two modes
 (must be 0, or near ties). Also the view's own prompt processing (one forward pass over every
 prompt, no decoding) against the ``zero`` view, and, with ``--nulls K``, a K-null calibration
-(``calibrate_in_process``) verified vs not. Targets: ``zero`` ≤ 0.45× the base view and ≤ 1.2× its
+(``CalibrationStage.run``) verified vs not. Targets: ``zero`` ≤ 0.45× the base view and ≤ 1.2× its
 prompt processing; ``broken`` verified ≤ 1.05× unverified.
 
     nice .venv/bin/python bench/bench_verify.py --model fixture --nulls 2
@@ -118,8 +118,8 @@ def main() -> None:
     from lm_eval_toolfid.cases.bundled import fixture_paths
     from lm_eval_toolfid.core.fsutil import toolfid_home
     from scripts.real_models import models_dir
+    from lm_eval_toolfid.run.plan import ModelOptions, View
     from lm_eval_toolfid.run.session import ModelSession
-    from lm_eval_toolfid.run.views import evaluate_base
 
     cache = toolfid_home() / "bench-adapters"
     real_model = str(models_dir() / QWEN) if args.model == "qwen" else args.model
@@ -157,9 +157,8 @@ def main() -> None:
 
     logging.getLogger("lm_eval.toolfid").disabled = True  # verdict lines are not this benchmark's output
     quiet = Progress(["views"], enabled=False)
-    session = ModelSession(base, adapters["trained"], batch_size=batch, device="cpu", progress=quiet, verbose=False)
-    for name in ("zero", "broken"):
-        session.add_adapter(name, adapters[name])
+    session = ModelSession(base, ModelOptions(batch_size=batch, device="cpu"), progress=quiet, verbose=False).load(
+        {"trained": adapters["trained"], "zero": adapters["zero"], "broken": adapters["broken"]})
     engine_s: dict[str, float] = {}
 
     def engine_time(key: str, before: float) -> None:
@@ -167,7 +166,8 @@ def main() -> None:
 
     before = session.lm.engine_seconds
     with Clock() as base_clock:
-        base_view = evaluate_base(session, task, meta)
+        with session.base_view():
+            base_view = session.evaluate_current(View("base", None, meta), task)
     engine_time("base", before)
     old_clock = None
     if args.model != "fixture" and not args.skip_generate:  # the path before the engine, same cases
@@ -175,7 +175,7 @@ def main() -> None:
         session.lm.batch_size_per_gpu = args.generate_batch  # lm-eval's own auto would probe 32k-token rows
         with Clock() as old_clock:
             with session.base_view():
-                session.evaluate(task, {**meta, "write_reference": False}, adapter=None, label="base-generate")
+                session.evaluate_current(View("base-generate", None, {**meta, "write_reference": False}), task)
         session.lm.use_engine, session.lm.batch_size_per_gpu = True, saved
     base_rec = record(base_view, task)
     from lm_eval_toolfid.pairing.samples import sample_prompt
@@ -189,10 +189,10 @@ def main() -> None:
         session.activate("default" if name == "trained" else name)
         before = session.lm.engine_seconds
         with Clock() as v:
-            verified = session.evaluate(task, meta, adapter=adapters[name], label=name)
+            verified = session.evaluate_current(View(name, adapters[name], meta), task)
         engine_time(name, before)
         with Clock() as p:
-            plain = session.evaluate(task, {**meta, "verify": False}, adapter=adapters[name], label=name)
+            plain = session.evaluate_current(View(name, adapters[name], {**meta, "verify": False}), task)
         gv, gp = generations(verified), generations(plain)
         differ = sum(gv[k] != gp.get(k) for k in gv)
         rows.append((name, v, p, record(verified, task), differ, len(gv)))
@@ -226,14 +226,13 @@ def main() -> None:
           f"{broken_v.cpu / broken_p.cpu:.3f} CPU (target ≤ 1.05)")
 
     if args.nulls:
-        from lm_eval_toolfid.run.calibrate import calibrate_in_process
+        from lm_eval_toolfid.run.calibrate import CalibrationStage
 
         out = {}
         for mode, extra in (("verified", {}), ("unverified", {"verify": False})):
             with Clock() as c:
-                cal = calibrate_in_process(base, adapters["trained"], args.nulls, tmp / f"cal-{mode}.json", task,
-                                           {**meta, **extra}, session=session, run_base=False,
-                                           null_dir=tmp / "nulls")
+                stage = CalibrationStage(args.nulls, tmp / f"cal-{mode}.json", null_dir=tmp / "nulls")
+                cal = stage.run(session, adapters["trained"], task, {**meta, **extra})
             out[mode] = (c, json.dumps({k: {m: f.mean for m, f in v.items()} for k, v in cal.fits.items()},
                                        sort_keys=True, default=str))
         v, p = out["verified"][0], out["unverified"][0]

@@ -11,11 +11,12 @@ import pytest
 
 from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.calibration.posthoc import calibrate_from_results, score_results
-from lm_eval_toolfid.run.calibrate import calibrate_in_process
+from lm_eval_toolfid.run.calibrate import CalibrationStage, calibrate_in_process
 from lm_eval_toolfid.calibration.adapters import adapter_update_norm
 from lm_eval_toolfid.calibration.fit import load_calibration
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.run.views import run_views
+from lm_eval_toolfid.run.plan import RunPlan
+from lm_eval_toolfid.run.runner import run_plan
 
 from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, metrics, toolfid_meta
 
@@ -30,8 +31,8 @@ def calibrated(tmp_path_factory):
     import os
     os.environ["TOOLFID_HOME"] = str(root / "home")
     out = root / "calib.json"
-    calibrate_in_process(FIX["base"], FIX["adapters"]["faithful"], K, out, FIXTURE_TASK, {}, seed=11,
-                         multipliers=(1.0,), null_dir=root / "nulls")
+    calibrate_in_process(FIX["base"], FIX["adapters"]["faithful"],
+                         CalibrationStage(K, out, seed=11, multipliers=(1.0,), null_dir=root / "nulls"), FIXTURE_TASK, {})
     return root, out
 
 
@@ -51,16 +52,17 @@ def test_in_process_calibration_fits_every_metric(calibrated):
 def test_same_seed_gives_a_byte_identical_file(calibrated, tmp_path):
     root, out = calibrated
     again = tmp_path / "again.json"
-    calibrate_in_process(FIX["base"], FIX["adapters"]["faithful"], K, again, FIXTURE_TASK, {}, seed=11,
-                         multipliers=(1.0,), null_dir=tmp_path / "nulls")
+    calibrate_in_process(FIX["base"], FIX["adapters"]["faithful"],
+                         CalibrationStage(K, again, seed=11, multipliers=(1.0,), null_dir=tmp_path / "nulls"),
+                         FIXTURE_TASK, {})
     assert again.read_bytes() == out.read_bytes()
 
 
 def test_z_and_rank_p_in_a_real_run(calibrated, tmp_path):
     _, out = calibrated
     cal = load_calibration(out)
-    _, views = run_views(FIX["base"], {"faithful": FIX["adapters"]["faithful"]}, FIXTURE_TASK,
-                         {"calibration": str(out)}, out_dir=tmp_path)
+    _, views = run_plan(RunPlan(FIX["base"], {"faithful": FIX["adapters"]["faithful"]}, FIXTURE_TASK,
+                                {"calibration": str(out)}, out_dir=tmp_path))
     m, meta = metrics(views[0].results), toolfid_meta(views[0].results)
     assert math.isfinite(m["json_valid_z"]) and "1" in meta["z_profile"]
     null = meta["null"]
@@ -102,12 +104,12 @@ def test_calibration_is_refused_for_another_case_set_or_base(calibrated, tmp_pat
     subset = tmp_path / "subset.jsonl"
     subset.write_text("\n".join(open(FIX["cases"]).read().splitlines()[:10]) + "\n")
     with pytest.raises(SystemExit, match="another case set"):
-        run_views(FIX["base"], {"f": FIX["adapters"]["faithful"]}, FIXTURE_TASK,
-                  {"calibration": str(out), "cases": str(subset)})
+        run_plan(RunPlan(FIX["base"], {"f": FIX["adapters"]["faithful"]}, FIXTURE_TASK,
+                         {"calibration": str(out), "cases": str(subset)}))
     # a copy of the base elsewhere is the same base (identity is content, not path) ...
     copy = tmp_path / "base-copy"
     shutil.copytree(FIX["base"], copy)
-    _, views = run_views(str(copy), {"f": FIX["adapters"]["faithful"]}, FIXTURE_TASK, {"calibration": str(out)})
+    _, views = run_plan(RunPlan(str(copy), {"f": FIX["adapters"]["faithful"]}, FIXTURE_TASK, {"calibration": str(out)}))
     assert "json_valid_z" in metrics(views[0].results)
     # ... a base with other weights is not
     from safetensors.torch import load_file, save_file
@@ -120,7 +122,7 @@ def test_calibration_is_refused_for_another_case_set_or_base(calibrated, tmp_pat
     state[name] = state[name] + 0.01
     save_file(state, str(weights), metadata={"format": "pt"})
     with pytest.raises(SystemExit, match="another base model .*fingerprint"):
-        run_views(str(other_base), {"f": FIX["adapters"]["faithful"]}, FIXTURE_TASK, {"calibration": str(out)})
+        run_plan(RunPlan(str(other_base), {"f": FIX["adapters"]["faithful"]}, FIXTURE_TASK, {"calibration": str(out)}))
 
 
 def test_score_refuses_a_calibration_made_for_another_update_norm(calibrated, tmp_path):

@@ -240,14 +240,15 @@ def test_toolfid_run_verified_views_equal_unverified_ones(toolfid_home: Path, tm
     """The same adapter views with and without verification: identical generations and records;
     the provenance says which views were verified and how their tokens were obtained."""
     from lm_eval_toolfid.cases.bundled import fixture_paths
-    from lm_eval_toolfid.run.views import run_views
+    from lm_eval_toolfid.run.plan import ModelOptions, RunPlan
+    from lm_eval_toolfid.run.runner import run_plan
 
     paths = fixture_paths()
     adapters = dict(paths["adapters"])
-    base_v, verified = run_views(paths["base"], adapters, "tool_use_fidelity_fixture", {}, batch_size=8,
-                                 out_dir=tmp_path / "verified")
-    base_p, plain = run_views(paths["base"], adapters, "tool_use_fidelity_fixture", {"verify": False},
-                              batch_size=8, out_dir=tmp_path / "plain")
+    base_v, verified = run_plan(RunPlan(paths["base"], adapters, "tool_use_fidelity_fixture", {},
+                                        models=ModelOptions(batch_size=8), out_dir=tmp_path / "verified"))
+    base_p, plain = run_plan(RunPlan(paths["base"], adapters, "tool_use_fidelity_fixture", {"verify": False},
+                                     models=ModelOptions(batch_size=8), out_dir=tmp_path / "plain"))
     assert _generations(base_v) == _generations(base_p)
     n = len(base_v.samples)  # every fixture case
     assert n == len(_generations(base_v)) >= 48

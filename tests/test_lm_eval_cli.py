@@ -332,10 +332,12 @@ def test_with_a_prompt_the_base_cannot_follow_no_adapter_passes(tmp_path, monkey
     """The raw style (the bare request) is not what the tiny fixture model was trained on: its base makes
     almost no valid call, so no adapter can be shown to keep or lose anything."""
     from lm_eval_toolfid.reporting.results import row_from_results
-    from lm_eval_toolfid.run.views import run_views
+    from lm_eval_toolfid.run.plan import ModelOptions, RunPlan
+    from lm_eval_toolfid.run.runner import run_plan
 
     monkeypatch.setenv("TOOLFID_HOME", str(tmp_path / "home"))
-    base, views = run_views(FIX["base"], dict(FIX["adapters"]), FIXTURE_TASK, {"prompt_style": "raw"}, batch_size=16)
+    base, views = run_plan(RunPlan(FIX["base"], dict(FIX["adapters"]), FIXTURE_TASK, {"prompt_style": "raw"},
+                                   models=ModelOptions(batch_size=16)))
     assert row_from_results(base.results, "base", FIXTURE_TASK).metric("json_valid_rate") < 0.2
     labels = {v.label: row_from_results(v.results, v.label, FIXTURE_TASK).verdict["label"] for v in views}
     assert set(labels.values()) == {"UNDECIDED"}, labels

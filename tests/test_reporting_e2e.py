@@ -221,8 +221,8 @@ def test_interrupt_keeps_finished_views_and_resume_runs_only_the_rest(run, tmp_p
 
     asked: list[str] = []
 
-    def interrupted(self, task, metadata, adapter, label, **_):  # noqa: ANN001
-        asked.append(label)
+    def interrupted(self, views, plan):  # noqa: ANN001
+        asked.extend(view.label for view in views)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(ModelSession, "evaluate", interrupted)

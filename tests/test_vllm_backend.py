@@ -1,7 +1,7 @@
 """The engine-independent half of ``--backend vllm``: collect every view's requests, generate them
 in one call, replay each view through lm-eval. With a Hugging Face stand-in engine (the fixture
 model and two of its adapters, generating per view) the prefetched views must equal
-``runner.run_views`` (the ``toolfid run`` path) metric for metric and generation for generation.
+``runner.run_plan`` (the ``toolfid run`` path) metric for metric and generation for generation.
 The vLLM engine itself is not exercised here (no GPU, no vLLM).
 """
 
@@ -29,15 +29,16 @@ def test_missing_vllm_is_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None
 
 @pytest.mark.slow
 def test_prefetched_views_equal_toolfid_run(toolfid_home, tmp_path) -> None:
+    from lm_eval_toolfid.run.plan import ModelOptions, RunPlan
+    from lm_eval_toolfid.run.runner import run_plan
     from lm_eval_toolfid.run.session import ModelSession
-    from lm_eval_toolfid.run.views import run_views
     from lm_eval_toolfid.integrations.vllm.backend import run_views_prefetched
 
     fix = fixture_paths()
     adapters = {name: fix["adapters"][name] for name in ("faithful", "broken")}
     meta = {"reference_dir": str(tmp_path / "ref-a")}
-    session = ModelSession(fix["base"], adapters["faithful"], batch_size=16, device="cpu")
-    base_a, views_a = run_views(fix["base"], adapters, TASK, meta, session=session)
+    session = ModelSession(fix["base"], ModelOptions(batch_size=16, device="cpu"))
+    base_a, views_a = run_plan(RunPlan(fix["base"], adapters, TASK, meta), session)
 
     calls = []
 

@@ -19,6 +19,7 @@ from lm_eval_toolfid.cli.common import (
     parse_adapters,
 )
 from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, EXIT_SERVER, EXIT_STOP_CHECK, ToolfidError
+from lm_eval_toolfid.run.plan import ModelOptions, RunPlan, ServedOptions
 
 
 def _paint_verdicts(table: str) -> str:
@@ -114,15 +115,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         from lm_eval_toolfid.cases.load import load_cases
 
         load_cases(metadata["cases"])
-    views = ["base", *adapters]
-    progress = Progress(views, live=False if args.verbose else None)
+    plan = _plan(args, adapters, out, metadata)
+    progress = Progress(plan.progress_labels(), live=False if args.verbose else None)
+    from lm_eval_toolfid.run.runner import run_plan
     from lm_eval_toolfid.serving.client import ServerError
 
     try:
-        if getattr(args, "server", None):  # `toolfid demo` shares this command without the served options
-            base_view, adapter_views = _run_served(args, adapters, out, metadata, progress)
-        else:
-            base_view, adapter_views = _run(args, adapters, out, metadata, progress)
+        base_view, adapter_views = run_plan(plan, progress=progress)  # the session the plan's models call for
     except (KeyboardInterrupt, ServerError) as exc:
         progress.close()
         saved = sorted(p.parent.name for p in out.glob("*/manifest.json"))
@@ -133,56 +132,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _finish(args, out, base_view, adapter_views)
 
 
-def _run_served(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any],
-                progress: Any) -> tuple[Any, list[Any]]:
-    from lm_eval_toolfid.run.served_session import run_served_views
-
-    for flag, value in (("--null-runs", args.null_runs), ("--device", args.device), ("--dtype", args.dtype)):
-        if value:
-            raise ToolfidError(f"{flag} does not apply to --server (the server loads the models; calibrate in "
-                               "process with toolfid calibrate)")
-    return run_served_views(args.server, args.base, adapters, args.task, metadata, out, api=args.api,
-                            concurrency=args.concurrency, tokenizer=args.tokenizer, timeout=args.timeout,
-                            max_retries=args.max_retries, progress=progress, verbose=args.verbose,
-                            resume=args.resume, limit=args.limit)
-
-
-def _run(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any],
-         progress: Any) -> tuple[Any, list[Any]]:
-    from lm_eval_toolfid.run.session import ModelSession
-    from lm_eval_toolfid.run.views import evaluate_base, run_views
-
-    session = base_view = None
+def _plan(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any]) -> RunPlan:
+    """What the arguments ask for: in process, or against ``--server`` (``toolfid demo`` has no served options)."""
+    if getattr(args, "server", None):
+        for flag, value in (("--null-runs", args.null_runs), ("--device", args.device), ("--dtype", args.dtype)):
+            if value:
+                raise ToolfidError(f"{flag} does not apply to --server (the server loads the models; calibrate in "
+                                   "process with toolfid calibrate)")
+        models: ModelOptions | ServedOptions = ServedOptions(
+            server=args.server, api=args.api, concurrency=args.concurrency, tokenizer=args.tokenizer,
+            timeout=args.timeout, max_retries=args.max_retries)
+    else:
+        models = ModelOptions(batch_size=args.batch_size, device=args.device, dtype=args.dtype)
+    calibration = None
     if args.null_runs:
-        from lm_eval_toolfid.calibration.adapters import adapter_shape
-        from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS
-        from lm_eval_toolfid.run.calibrate import calibrate_in_process
+        from lm_eval_toolfid.run.calibrate import CalibrationStage
 
-        shapes = {adapter_shape(p)["hash"] for p in adapters.values()}
-        if len(shapes) > 1:
-            raise ToolfidError("--null-runs calibrates one adapter shape; these adapters differ in shape: "
-                               "calibrate them in separate runs")
-        from lm_eval_toolfid.calibration.adapters import adapter_update_norm, norms_agree
-
-        norms = {name: adapter_update_norm(p) for name, p in adapters.items()}
-        first_norm = next(iter(norms.values()))
-        if not all(norms_agree(first_norm, v) for v in norms.values()):
-            raise ToolfidError("--null-runs calibrates one adapter update norm; these adapters differ ("
-                               + ", ".join(f"{k} {v:.3g}" for k, v in norms.items()) + "): run each with --null-runs")
-        progress.views = ["base", *(f"null_{i:02d}" for i in range(args.null_runs * len(DEFAULT_MULTIPLIERS))),
-                          *adapters]
-        progress.to_generate_views = len(progress.views)
-        first = next(iter(adapters.values()))
-        session = ModelSession(args.base, first, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
-                               progress=progress, verbose=args.verbose)
-        base_view = evaluate_base(session, args.task, metadata, out)
-        calib_path = out / "calibration.json"
-        calibrate_in_process(args.base, first, args.null_runs, calib_path, args.task, metadata, seed=args.seed,
-                             session=session, run_base=False)
-        metadata["calibration"] = str(calib_path)
-    return run_views(args.base, adapters, args.task, metadata, batch_size=args.batch_size, out_dir=out,
-                     session=session, base_view=base_view, device=args.device, dtype=args.dtype, progress=progress,
-                     verbose=args.verbose, resume=args.resume, limit=args.limit)
+        calibration = CalibrationStage(runs=args.null_runs, out=out / "calibration.json", seed=args.seed)
+    return RunPlan(base=args.base, adapters=adapters, task=args.task, metadata=metadata, models=models, out_dir=out,
+                   limit=args.limit, resume=args.resume, calibration=calibration, verbose=args.verbose)
 
 
 def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any]) -> int:

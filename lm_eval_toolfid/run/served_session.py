@@ -8,30 +8,41 @@ adapter views pair with (they name it with ``base_model``). Answers are journale
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.pairing.served import list_models, model_card
+from lm_eval_toolfid.reporting.view_store import ViewResult
+from lm_eval_toolfid.run.plan import RunPlan, ServedOptions, View
 from lm_eval_toolfid.run.session import evaluate_view
-from lm_eval_toolfid.reporting.view_store import ViewResult, load_saved_view, view_manifest
 
 
 class ServedSession:
-    """One server, the base model name and the options every view's requests share."""
+    """One server, the base model name and the options every view's requests share: the served
+    :class:`~lm_eval_toolfid.run.runner.ViewSession`."""
 
-    def __init__(self, server: str, base: str, api: str = "completions", concurrency: int = 8,
-                 tokenizer: str | None = None, timeout: float = 300.0, max_retries: int = 3,
-                 progress: Any = None, verbose: bool = True, resume: bool = False) -> None:
-        if concurrency < 1:
+    def __init__(self, base: str, options: ServedOptions, progress: Any = None, verbose: bool = True) -> None:
+        if options.concurrency < 1:
             raise ToolfidError("--concurrency must be at least 1")
-        self.listing = list_models(server)  # a server that is down fails here, in one line
-        self.server, self.base, self.api = server, base, api
-        self.progress, self.verbose, self.resume = progress, verbose, resume
-        self.options = {"num_concurrent": concurrency, "timeout": timeout, "max_retries": max_retries}
-        self.model_args_base: dict[str, Any] = {"base_url": server, "api": api,
-                                                **({"tokenizer": tokenizer} if tokenizer else {})}
+        self.listing = list_models(options.server)  # a server that is down fails here, in one line
+        self.base, self.options = base, options
+        self.progress, self.verbose = progress, verbose
+
+    @property
+    def manifest_args(self) -> dict[str, Any]:
+        return self.options.model_args()
+
+    def check(self, plan: RunPlan) -> None:
+        """An adapter view needs a name of its own, and the names must be served."""
+        same = [label for label, name in plan.adapters.items() if name == plan.base]
+        if same:
+            raise ToolfidError(f"adapter {same[0]!r} is the base model's own name: an adapter view needs the served "
+                               "name of the adapter (vLLM --lora-modules NAME=PATH, SGLang BASE:NAME, a merged "
+                               "copy's path)")
+        self.check_names([plan.base, *plan.adapters.values()])
 
     def check_names(self, names: list[str]) -> None:
         """Names the server lists must include these, where it lists any model at all (vLLM lists what it serves;
@@ -43,51 +54,24 @@ class ServedSession:
             served = ", ".join(str(e.get("id")) for e in self.listing[:8])
             raise ToolfidError(f"the server does not serve {', '.join(map(repr, missing))} (it lists: {served})")
 
-    def evaluate(self, task: str, metadata: dict[str, Any], adapter: str | None, label: str,
-                 out_dir: Path | None = None, limit: int | None = None) -> ViewResult:
+    def evaluate(self, views: Sequence[View], plan: RunPlan) -> Iterator[ViewResult]:
+        """Each view in order; its answers are journaled as they arrive (``OUT/.served/LABEL.jsonl``, resumed
+        with ``plan.resume``) until the caller has saved the view."""
         from lm_eval_toolfid.integrations.lm_eval.served_model import ToolfidServerLM
 
-        name = adapter or self.base
-        model_args = {"model": name, **self.model_args_base}
-        meta = {**metadata, **({"base_model": self.base} if adapter else {})}
-        journal = out_dir / ".served" / f"{label}.jsonl" if out_dir is not None else None
-        lm = ToolfidServerLM(model=name, journal=str(journal) if journal else None, resume=self.resume,
-                             **self.model_args_base, **self.options)
-        if self.progress is not None:
-            t0 = time.monotonic()
-            lm.answer_hook = lambda answer: self.progress.engine_row(answer.tokens, time.monotonic() - t0)
-        manifest = view_manifest(self.base, adapter, task, metadata, self.model_args_base, limit)
-        view = evaluate_view(lm, model_args, task, meta, label, adapter, out_dir, limit, manifest, self.progress,
-                             self.verbose)
-        if journal is not None and journal.is_file():
-            journal.unlink()  # the saved view supersedes it
-        return view
-
-
-def run_served_views(server: str, base: str, adapters: dict[str, str], task: str, metadata: dict[str, Any],
-                     out_dir: Path | None = None, *, api: str = "completions", concurrency: int = 8,
-                     tokenizer: str | None = None, timeout: float = 300.0, max_retries: int = 3,
-                     progress: Any = None, verbose: bool = True, resume: bool = False,
-                     limit: int | None = None) -> tuple[ViewResult, list[ViewResult]]:
-    """The base view, then every adapter view, against one server; ``resume`` reuses views saved in ``out_dir``
-    with the same manifest and the answers a stopped view journaled."""
-    session = ServedSession(server, base, api, concurrency, tokenizer, timeout, max_retries, progress, verbose,
-                            resume)
-    same = [label for label, name in adapters.items() if name == base]
-    if same:
-        raise ToolfidError(f"adapter {same[0]!r} is the base model's own name: an adapter view needs the served name of "
-                           "the adapter (vLLM --lora-modules NAME=PATH, SGLang BASE:NAME, a merged copy's path)")
-    session.check_names([base, *adapters.values()])
-    done: dict[str, ViewResult] = {}
-    if resume and out_dir is not None:
-        for label, adapter in [("base", None), *adapters.items()]:
-            found = load_saved_view(out_dir, label, view_manifest(base, adapter, task, metadata,
-                                                                  session.model_args_base, limit))
-            if found is not None:
-                done[label] = found
-                if progress is not None:
-                    progress.view_skipped(label, f"reusing {found.path}")
-    base_view = done.get("base") or session.evaluate(task, metadata, None, "base", out_dir, limit)
-    views = [done.get(label) or session.evaluate(task, metadata, name, label, out_dir, limit)
-             for label, name in adapters.items()]
-    return base_view, views
+        model_args_base = self.options.model_args()
+        for view in views:
+            name = view.adapter or self.base
+            journal = plan.out_dir / ".served" / f"{view.label}.jsonl" if plan.out_dir is not None else None
+            lm = ToolfidServerLM(model=name, journal=str(journal) if journal else None, resume=plan.resume,
+                                 **model_args_base, **self.options.request_options())
+            if self.progress is not None:
+                t0 = time.monotonic()
+                lm.answer_hook = lambda answer, t0=t0: self.progress.engine_row(answer.tokens, time.monotonic() - t0)
+            # adapter views name the base whose reference they pair with; the manifest keeps the view's own settings
+            asked = dataclasses.replace(view, metadata={**view.metadata, "base_model": self.base}) if view.adapter \
+                else view
+            yield evaluate_view(lm, {"model": name, **model_args_base}, asked, plan.task, plan.limit, self.progress,
+                                self.verbose)
+            if journal is not None and journal.is_file():
+                journal.unlink()  # the saved view supersedes it

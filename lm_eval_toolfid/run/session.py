@@ -14,12 +14,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from lm_eval_toolfid.calibration.adapters import check_adapter
 from lm_eval_toolfid.cases.bundled import tasks_path
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.reporting.view_store import ViewResult, save_view, view_manifest
+from lm_eval_toolfid.reporting.view_store import ViewResult
+from lm_eval_toolfid.run.plan import ModelOptions, RunPlan, View
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -41,42 +42,60 @@ def check_base(base: str) -> None:
 
 
 class ModelSession:
-    """A base model loaded once, with any number of adapters attached by name."""
+    """A base model loaded once, with any number of adapters attached by name: the in-process
+    :class:`~lm_eval_toolfid.run.runner.ViewSession` (the model loads on the first view it runs)."""
 
-    def __init__(self, base: str, first_adapter: str, batch_size: int | str = "auto", device: str | None = None,
-                 dtype: str | None = None, progress: Any = None, verbose: bool = True) -> None:
+    def __init__(self, base: str, options: ModelOptions | None = None, progress: Any = None,
+                 verbose: bool = True) -> None:
+        self.base = base
+        self.options = options or ModelOptions()
+        self.progress = progress
+        self.verbose = verbose or progress is None
+        self.lm: Any = None
+        self.adapters: dict[str, str] = {}
+        """peft adapter name -> folder (the first adapter loaded is ``default``)."""
+        self._names: dict[str, str] = {}
+        """view label -> peft adapter name."""
+        self.active = "default"
+
+    @property
+    def manifest_args(self) -> dict[str, Any]:
+        """The model args every view runs with (and its manifest records)."""
+        return {"pretrained": self.base, **({"dtype": self.options.dtype} if self.options.dtype else {})}
+
+    def check(self, plan: RunPlan) -> None:
+        """Every adapter of the plan must be an adapter of this base (before any view runs or is reused)."""
+        check_adapters(plan.adapters.values(), plan.base)
+
+    def load(self, adapters: Mapping[str, str]) -> ModelSession:
+        """Load the base with the first adapter (peft name ``default``) and attach the others under their labels."""
         from lm_eval_toolfid.reporting.progress import count_tokens, quiet_lm_eval
         from lm_eval_toolfid.integrations.lm_eval.hf_model import ToolfidHFLM
 
-        check_base(base)
-        check_adapter(first_adapter, base)
-        self.base = base
-        self.progress = progress
-        self.verbose = verbose or progress is None
+        check_base(self.base)
+        (first_label, first), *others = adapters.items()
         import torch
 
-        kwargs: dict[str, Any] = {"pretrained": base, "peft": first_adapter, "batch_size": batch_size,
-                                  "device": device or ("cuda" if torch.cuda.is_available() else "cpu")}
-        if dtype:
-            kwargs["dtype"] = dtype
+        kwargs: dict[str, Any] = {"pretrained": self.base, "peft": first, "batch_size": self.options.batch_size,
+                                  "device": self.options.device or ("cuda" if torch.cuda.is_available() else "cpu")}
+        if self.options.dtype:
+            kwargs["dtype"] = self.options.dtype
+        progress = self.progress
         if progress is not None:
-            progress.message(f"loading {base} on {kwargs['device']}")
+            progress.message(f"loading {self.base} on {kwargs['device']}")
         with quiet_lm_eval(progress, self.verbose) if progress is not None else contextlib.nullcontext():
             self.lm = ToolfidHFLM(**kwargs)  # HFLM that stops each row at the end of its call
         if progress is not None:
             count_tokens(self.lm, progress)
-        self.model_args = {"pretrained": base, **({"dtype": dtype} if dtype else {})}
-        self.adapters: dict[str, str] = {"default": first_adapter}
-        self.active = "default"
+        self.adapters, self._names = {"default": first}, {first_label: "default"}
+        for label, path in others:
+            self.peft_model.load_adapter(path, adapter_name=label)
+            self.adapters[label], self._names[label] = path, label
+        return self
 
     @property
     def peft_model(self) -> Any:
         return self.lm.model
-
-    def add_adapter(self, name: str, path: str) -> None:
-        check_adapter(path, self.base)
-        self.peft_model.load_adapter(path, adapter_name=name)
-        self.adapters[name] = path
 
     def activate(self, name: str) -> None:
         self.peft_model.set_adapter(name)
@@ -93,21 +112,36 @@ class ModelSession:
         finally:
             self.lm.record_drafts = False
 
-    def evaluate(self, task: str, metadata: dict[str, Any], adapter: str | None, label: str,
-                 out_dir: Path | None = None, limit: int | None = None) -> ViewResult:
-        """Run the task in the current view; ``adapter`` is what the task records as ``peft``; ``limit``: the
-        first cases only (lm-eval's ``--limit``: a base view stores a subset reference)."""
-        model_args = dict(self.model_args, **({"peft": adapter} if adapter else {}))
-        manifest = view_manifest(self.base, adapter, task, metadata, self.model_args, limit)
-        return evaluate_view(self.lm, model_args, task, metadata, label, adapter, out_dir, limit, manifest,
-                             self.progress, self.verbose)
+    def evaluate(self, views: Sequence[View], plan: RunPlan) -> Iterator[ViewResult]:
+        """Each view in order, the adapter it names active (the base view with the adapter disabled,
+        recording drafts); loads the model first if no view ran yet."""
+        if self.lm is None:
+            self.load(plan.adapters)
+        for view in views:
+            if view.adapter is None:
+                with self.base_view():
+                    yield self.evaluate_current(view, plan.task, plan.limit)
+            else:
+                self.activate(self._names[view.label])
+                yield self.evaluate_current(view, plan.task, plan.limit)
+
+    def evaluate_current(self, view: View, task: str, limit: int | None = None) -> ViewResult:
+        """Run the task on the model as it is now (adapter active or disabled by the caller); ``view.adapter``
+        is what the task records as ``peft``; ``limit``: the first cases only (lm-eval's ``--limit``: a base
+        view stores a subset reference)."""
+        model_args = dict(self.manifest_args, **({"peft": view.adapter} if view.adapter else {}))
+        return evaluate_view(self.lm, model_args, view, task, limit, self.progress, self.verbose)
 
 
-def evaluate_view(lm: Any, model_args: dict[str, Any], task: str, metadata: dict[str, Any], label: str,
-                  adapter: str | None, out_dir: Path | None, limit: int | None, manifest: dict[str, Any],
+def check_adapters(adapters: Iterable[str], base: str) -> None:
+    for path in adapters:
+        check_adapter(path, base)
+
+
+def evaluate_view(lm: Any, model_args: dict[str, Any], view: View, task: str, limit: int | None = None,
                   progress: Any = None, verbose: bool = True) -> ViewResult:
-    """One view: an ordinary ``simple_evaluate`` of the task on ``lm`` (model args and metadata reach the
-    task as lm-eval's CLI passes them), saved under ``out_dir/label`` with its manifest."""
+    """One view: an ordinary ``simple_evaluate`` of the task on ``lm`` (model args and ``view.metadata`` reach
+    the task as lm-eval's CLI passes them); the caller saves it (and says it finished)."""
     import lm_eval.evaluator
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
@@ -118,9 +152,9 @@ def evaluate_view(lm: Any, model_args: dict[str, Any], task: str, metadata: dict
 
     from lm_eval_toolfid.reporting.progress import quiet_lm_eval
 
-    meta = {**model_args, **metadata}
+    meta = {**model_args, **view.metadata}
     if progress is not None:
-        progress.view_started(label)
+        progress.view_started(view.label)
     with quiet_lm_eval(progress, verbose) if progress is not None else contextlib.nullcontext():
         manager = TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
         out = simple_evaluate(model=lm, model_args=model_args, tasks=[task], task_manager=manager,
@@ -128,9 +162,4 @@ def evaluate_view(lm: Any, model_args: dict[str, Any], task: str, metadata: dict
     if out is None:
         raise ToolfidError("lm-eval returned no results")
     samples = out.pop("samples", {}).get(task, [])
-    view = ViewResult(label=label, adapter=adapter, results=out, samples=samples)
-    if out_dir is not None:
-        view.path = save_view(view, out_dir, manifest=manifest)
-    if progress is not None:
-        progress.view_finished(label, len(samples))
-    return view
+    return ViewResult(label=view.label, adapter=view.adapter, results=out, samples=samples)

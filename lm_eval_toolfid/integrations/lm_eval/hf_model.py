@@ -14,10 +14,11 @@ doc has an ``expected_calls`` column) generated greedily: those go through
 - **verification**: a request that carries the base's answer (a *draft*) is checked in one forward
   pass instead of decoded token by token (see ``decoding``); drafts come from the base view of the
   same session (:attr:`ToolfidHFLM.drafts`, exact token ids, filled while :attr:`record_drafts` is
-  on) or from the task (``Instance.toolfid_draft``: the stored base reference's text, re-tokenized).
+  on) or from the task (the request's :class:`~lm_eval_toolfid.integrations.lm_eval.hints.RequestHints`
+  ``draft``: the stored base reference's text, re-tokenized).
   Whether a view verifies is :mod:`lm_eval_toolfid.engine.verify_policy`'s rule: by default in float32,
   never by default in half precision (there a verified pass rounds differently from the base's decoding);
-  ``Instance.toolfid_verify`` (metadata ``verify``) true forces it, false turns it off.
+  the view's ``verify`` hint (metadata ``verify``) true forces it, false turns it off.
 
 ``_model_generate`` returns what lm-eval expects (context + continuation, padded), so lm-eval's own
 decoding and ``until`` cut are unchanged. Each request gets ``Instance.toolfid_generation``: how
@@ -45,6 +46,7 @@ from lm_eval_toolfid.engine.batch_size import auto_batch_size, halve_on_oom, ver
 from lm_eval_toolfid.engine.decoding import EngineConfig, EngineUnsupported, GreedyEngine, Row, near_tie_for
 from lm_eval_toolfid.engine.stopping import RowStopper, eos_token_ids, make_stopping_criteria
 from lm_eval_toolfid.engine.verify_policy import VerifyChoice, choose_verify, combine_requests
+from lm_eval_toolfid.integrations.lm_eval.hints import RequestHints, hints_of
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -92,17 +94,22 @@ class _Plan:
     """What the scorer puts in front of the generation (plain-v3's primer): the stop rule reads it too."""
     check: bool = False
     """Let this row run on past its early stop (``check_stops``)."""
-    prefix_cache: bool = True
-    """Its prompt may start from a prefix shared with other rows, computed once (metadata ``prefix_cache``)."""
+
+    @classmethod
+    def of(cls, request: Any) -> _Plan:
+        """From the hints the task attached (none: a request built otherwise, generated as one without settings)."""
+        hints = hints_of(request) or RequestHints()
+        return cls(call_end=single_call(request), verify=hints.view.verify, draft_text=hints.draft,
+                   prefix=answer_prefix(request), check=hints.check_stop)
 
 
 def answer_prefix(request: Any) -> str:
     """The text the scorer puts in front of this request's generation: what the task attached
-    (``Instance.toolfid_answer_prefix``), else the primer the prompt ends with (what every reader of
+    (:attr:`RequestHints.answer_prefix`), else the primer the prompt ends with (what every reader of
     lm-eval samples files restores)."""
-    prefix = getattr(request, "toolfid_answer_prefix", None)
-    if isinstance(prefix, str):
-        return prefix
+    hints = hints_of(request)
+    if hints is not None:
+        return hints.answer_prefix
     from lm_eval_toolfid.prompts.plain import restore_primer
 
     return restore_primer(request.args[0], "")
@@ -148,6 +155,8 @@ class ToolfidHFLM(HFLM):
         self.row_hook: Any = None
         """Called ``(tokens, seconds)`` as each engine row finishes (``toolfid run``'s progress line)."""
         self._plans: dict[str, _Plan] = {}
+        self._share_prefixes = True
+        """Metadata ``prefix_cache`` of the view being generated (False if any of its requests says so)."""
         self._row_info: dict[str, dict[str, Any]] = {}
         self._check_texts: dict[str, str] = {}
         """context -> the generation run on without the early stop (rows marked for ``check_stops``)."""
@@ -159,19 +168,18 @@ class ToolfidHFLM(HFLM):
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         ours = [r for r in requests if is_toolfid_request(r)]
         self._plans = {}
+        views = {hints.view for hints in map(hints_of, ours) if hints is not None}
+        self._share_prefixes = all(view.prefix_cache for view in views)
         for r in ours:
             context = r.args[0]
-            plan = _Plan(call_end=single_call(r), verify=getattr(r, "toolfid_verify", None),
-                         draft_text=getattr(r, "toolfid_draft", None), prefix=answer_prefix(r),
-                         check=bool(getattr(r, "toolfid_check_stop", False)),
-                         prefix_cache=getattr(r, "toolfid_prefix_cache", True) is not False)
+            plan = _Plan.of(r)
             seen = self._plans.get(context)
             if seen is not None:  # the same prompt twice: the cautious choice of both
                 if seen.prefix != plan.prefix:  # the same prompt scored two ways: no early stop for it
                     plan.call_end = False
                 plan = _Plan(seen.call_end and plan.call_end, combine_requests(seen.verify, plan.verify),
                              seen.draft_text or plan.draft_text, plan.prefix if plan.call_end else "",
-                             seen.check or plan.check, seen.prefix_cache and plan.prefix_cache)
+                             seen.check or plan.check)
             self._plans[context] = plan
         self._row_info = {}
         self._check_texts = {}
@@ -266,7 +274,7 @@ class ToolfidHFLM(HFLM):
         if not isinstance(size, int):
             size = auto_batch_size(self.model, self.device, [max_length] * context.shape[0])
         mask = generation_kwargs.pop("attention_mask", None)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        pad = self.pad_id()
         out = torch.full((context.shape[0], max_length), pad, dtype=context.dtype, device=context.device)
         for i in range(0, context.shape[0], size):
             kw = dict(generation_kwargs, **({"attention_mask": mask[i:i + size]} if mask is not None else {}))
@@ -339,7 +347,7 @@ class ToolfidHFLM(HFLM):
         requested = self._engine_batch if self._engine_batch is not None else self.batch_size_per_gpu
         batch = requested if isinstance(requested, int) else auto_batch_size(
             self.model, self.device, [len(p) + max_new for p in prompts])
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+        pad_id = self.pad_id(eos)
 
         def autocast() -> Any:
             return torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
@@ -355,7 +363,7 @@ class ToolfidHFLM(HFLM):
             mixed = self.mixed_precision_dtype  # autocast: the logits come in that dtype, not the weights'
             config = EngineConfig(max_batch=max_batch, prefill_tokens=prefill_tokens,
                                   verify_logits=verify_logits_for(self.device, prefill_tokens),
-                                  share_prefixes=all(plan.prefix_cache for plan in plans),
+                                  share_prefixes=self._share_prefixes,
                                   near_tie=near_tie_for(mixed) if mixed is not None else None)
             engine = GreedyEngine(self.model, pad_id, config, autocast=autocast)
             self._last_engine = engine
@@ -392,6 +400,15 @@ class ToolfidHFLM(HFLM):
 
         think = getattr(self, "think_end_token", None)
         return postprocess_generated_text(self.tok_decode(tokens), stop, think if isinstance(think, str) else None)
+
+    def pad_id(self, eos: list[int] | None = None) -> int:
+        """The id that pads rows (engine batches, generated rows of unequal length): the tokenizer's pad token,
+        else its first EOS id, else 0. (lm-eval's HFLM gives a tokenizer without one a pad token when it loads,
+        so the fallbacks are for tokenizers set otherwise.)"""
+        if self.tokenizer.pad_token_id is not None:
+            return int(self.tokenizer.pad_token_id)
+        eos = eos_token_ids(self.model, self.tokenizer) if eos is None else eos
+        return eos[0] if eos else 0
 
     def compute_dtype(self) -> Any:
         """The dtype the logits are computed in: lm-eval's autocast dtype when set, else the weights'."""

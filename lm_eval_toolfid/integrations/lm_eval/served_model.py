@@ -22,6 +22,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.integrations.lm_eval.hints import hints_of
 from lm_eval_toolfid.serving.client import Journal, ServedAnswer, ServerClient, ask_all
 
 log = logging.getLogger("lm_eval.toolfid")
@@ -66,7 +67,8 @@ class ToolfidServerLM(LM):
         until = [until] if isinstance(until, str) else list(until)
         max_tokens = int(gen_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
         if self.api == "chat":
-            chat = getattr(request, "toolfid_chat", None)
+            hints = hints_of(request)
+            chat = hints.chat if hints is not None else None
             prompt = chat if chat is not None else {"messages": [{"role": "user", "content": context}]}
         else:
             prompt = context

@@ -24,6 +24,7 @@ from lm_eval_toolfid.cases.load import load_cases
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case
 from lm_eval_toolfid.integrations.lm_eval.fidelity_run import FidelityRun
+from lm_eval_toolfid.integrations.lm_eval.hints import RequestHints, ViewHints, attach as attach_hints
 from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 from lm_eval_toolfid.pairing.identity import RunKey, base_identity, canonical, request_hash
 from lm_eval_toolfid.pairing.served import SERVED_BACKENDS, list_models, served_adapter, served_identity
@@ -284,24 +285,23 @@ class ToolUseFidelityTask(ConfigurableTask):
     def _attach_generation_hints(self) -> None:
         """Tell the LM, per request, what the scorer puts in front of the generation (the stop rule reads
         it too), whether to verify and the base's answer to verify, and whether to decode it a second time
-        without the early stop (``check_stops``): read by toolfid's model classes, ignored by other LMs.
-        Set on every instance, cached ones included."""
+        without the early stop (``check_stops``): one :class:`RequestHints` per request (its view's settings in
+        one shared :class:`ViewHints`), read by toolfid's model classes, ignored by other LMs. Set on every
+        instance, cached ones included."""
         to_check = self.settings.check_stops
+        view = ViewHints(verify=self.settings.verify, prefix_cache=self.settings.prefix_cache)
         for inst in self._instances or []:
             case = self.cases.get(str(inst.doc.get("id"))) if isinstance(inst.doc, dict) else None
             primer = self.prompter.answer_prefix(case) if case is not None else ""
-            inst.toolfid_answer_prefix = primer
-            if self.served_chat and case is not None:
-                inst.toolfid_chat = self.prompter.chat_request(case)
-            inst.toolfid_check_stop = bool(to_check) and case is not None and len(case.expected_calls) <= 1
-            to_check -= inst.toolfid_check_stop
-            inst.toolfid_verify = self.settings.verify
-            inst.toolfid_prefix_cache = self.settings.prefix_cache
-            inst.toolfid_draft = None
+            check = bool(to_check) and case is not None and len(case.expected_calls) <= 1
+            to_check -= check
+            draft = None
             if self.settings.verify is not False and self.settings.is_adapter_run and isinstance(inst.doc, dict):
                 text = self.run.base_text(str(inst.doc.get("id")))
                 if text is not None:
-                    inst.toolfid_draft = text[len(primer):] if primer and text.startswith(primer) else text
+                    draft = text[len(primer):] if primer and text.startswith(primer) else text
+            chat = self.prompter.chat_request(case) if self.served_chat and case is not None else None
+            attach_hints(inst, RequestHints(answer_prefix=primer, chat=chat, check_stop=check, draft=draft, view=view))
 
     def _note_adapter_template(self) -> None:
         """An adapter folder that ships its own chat template: both views are rendered with the base's

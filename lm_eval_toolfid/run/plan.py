@@ -1,0 +1,87 @@
+"""What one ``toolfid run`` evaluates (:class:`RunPlan`), the models' options (:class:`ModelOptions` in process,
+:class:`ServedOptions` against a server) and one view of it (:class:`View`): plain values, decided once by the
+command line and read by the runner, the sessions and the calibration stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Union
+
+if TYPE_CHECKING:
+    from lm_eval_toolfid.run.calibrate import CalibrationStage
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """A base loaded in this process (``toolfid run`` without ``--server``)."""
+
+    batch_size: int | str = "auto"
+    device: str | None = None
+    dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class ServedOptions:
+    """One OpenAI-compatible server and what every request to it shares (``toolfid run --server``).
+    A new option is one field here, read by :meth:`model_args` (recorded with each view, part of its
+    manifest) or :meth:`request_options` (how requests are sent, not what they ask)."""
+
+    server: str
+    api: str = "completions"
+    concurrency: int = 8
+    tokenizer: str | None = None
+    timeout: float = 300.0
+    max_retries: int = 3
+
+    def model_args(self) -> dict[str, Any]:
+        return {"base_url": self.server, "api": self.api, **({"tokenizer": self.tokenizer} if self.tokenizer else {})}
+
+    def request_options(self) -> dict[str, Any]:
+        return {"num_concurrent": self.concurrency, "timeout": self.timeout, "max_retries": self.max_retries}
+
+
+Models = Union[ModelOptions, ServedOptions]
+
+
+@dataclass(frozen=True)
+class View:
+    """One view: the base (``adapter`` None) or one adapter, and the task settings it runs with."""
+
+    label: str
+    adapter: str | None
+    """An adapter folder in process, a served model name against a server."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The base and every adapter to evaluate with one task, and how (``toolfid run``, ``toolfid demo``)."""
+
+    base: str
+    adapters: Mapping[str, str]
+    """label -> adapter folder (in process) or served model name."""
+    task: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    models: Models = field(default_factory=ModelOptions)
+    out_dir: Path | None = None
+    """Where each view is saved as it finishes (None: nothing is saved)."""
+    limit: int | None = None
+    resume: bool = False
+    """Reuse the views already saved in ``out_dir`` with the same manifest."""
+    calibration: CalibrationStage | None = None
+    """Null calibration between the base view and the adapter views (``--null-runs``)."""
+    verbose: bool = True
+
+    def base_view(self) -> View:
+        return View("base", None, dict(self.metadata))
+
+    def adapter_views(self, metadata: Mapping[str, Any] | None = None) -> list[View]:
+        """Every adapter view, with ``metadata`` (default: the plan's)."""
+        meta = dict(self.metadata if metadata is None else metadata)
+        return [View(label, adapter, meta) for label, adapter in self.adapters.items()]
+
+    def progress_labels(self) -> list[str]:
+        """The views a progress display counts, in the order they run."""
+        nulls = self.calibration.progress_labels() if self.calibration is not None else []
+        return ["base", *nulls, *self.adapters]

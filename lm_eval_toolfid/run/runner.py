@@ -1,0 +1,94 @@
+"""The views of one ``toolfid run``, whatever evaluates them: the base view, then (``--null-runs``) the
+calibration stage, then every adapter view; each view saved (results, samples, manifest) as soon as it
+finishes, and reused by ``--resume`` when its manifest matches (decided here, once, for every view).
+
+A :class:`ViewSession` evaluates views: :class:`~lm_eval_toolfid.run.session.ModelSession` (a base loaded in
+this process) or :class:`~lm_eval_toolfid.run.served_session.ServedSession` (model names of one server). The
+runner hands it a list of views and saves each result it yields before asking for the next, so a session may
+run several views at once and yield them as they finish."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, Protocol, Sequence
+
+from lm_eval_toolfid.reporting.view_store import ViewResult, load_saved_view, save_view, view_manifest
+from lm_eval_toolfid.run.plan import RunPlan, ServedOptions, View
+
+
+class ViewSession(Protocol):
+    """What evaluates the views of a run."""
+
+    @property
+    def manifest_args(self) -> dict[str, Any]:
+        """The model args each saved view's manifest records (``--resume`` reuses a view only where they match)."""
+        ...
+
+    def check(self, plan: RunPlan) -> None:
+        """Refuse, in one line, a plan whose models this session cannot evaluate (before any view runs)."""
+        ...
+
+    def evaluate(self, views: Sequence[View], plan: RunPlan) -> Iterator[ViewResult]:
+        """Each view (unsaved), in order, as it finishes. A base view (``adapter`` None) stores the reference the
+        adapter views pair with, and whatever else they reuse (the base's tokens, to verify)."""
+        ...
+
+
+def open_session(plan: RunPlan, progress: Any = None) -> ViewSession:
+    """The session the plan's models call for (a server contacted here: one that is down fails in one line)."""
+    if isinstance(plan.models, ServedOptions):
+        from lm_eval_toolfid.run.served_session import ServedSession
+
+        return ServedSession(plan.base, plan.models, progress, plan.verbose)
+    from lm_eval_toolfid.run.session import ModelSession
+
+    return ModelSession(plan.base, plan.models, progress, plan.verbose)
+
+
+def run_plan(plan: RunPlan, session: ViewSession | None = None,
+             progress: Any = None) -> tuple[ViewResult, list[ViewResult]]:
+    """The base view and every adapter view of ``plan`` (``session`` default: :func:`open_session`'s).
+    With ``plan.resume``, views saved with the same manifest are reused; when every view is, no model
+    is loaded at all."""
+    if plan.calibration is not None:
+        plan.calibration.check(plan.adapters)
+    session = session or open_session(plan, progress)
+    session.check(plan)
+    done = saved_views(plan, session.manifest_args, progress)
+    base = done.get("base") or _evaluate(session, [plan.base_view()], plan, progress)[0]
+    metadata: Mapping[str, Any] = plan.metadata
+    if plan.calibration is not None:
+        metadata = plan.calibration.run_in(session, plan)
+    todo = [view for view in plan.adapter_views(metadata) if view.label not in done]
+    ran = {result.label: result for result in _evaluate(session, todo, plan, progress)} if todo else {}
+    return base, [done.get(label) or ran[label] for label in plan.adapters]
+
+
+def saved_views(plan: RunPlan, manifest_args: dict[str, Any], progress: Any = None) -> dict[str, ViewResult]:
+    """``--resume``: the views already saved in ``plan.out_dir`` with the manifest this run would write."""
+    done: dict[str, ViewResult] = {}
+    if not plan.resume or plan.out_dir is None:
+        return done
+    for view in [plan.base_view(), *plan.adapter_views()]:
+        found = load_saved_view(plan.out_dir, view.label, _manifest(plan, view, manifest_args))
+        if found is not None:
+            done[view.label] = found
+            if progress is not None:
+                progress.view_skipped(view.label, f"reusing {found.path}")
+    return done
+
+
+def _evaluate(session: ViewSession, views: list[View], plan: RunPlan, progress: Any) -> list[ViewResult]:
+    """Each view the session finishes, saved with its manifest before the next."""
+    by_label, out = {view.label: view for view in views}, []
+    for result in session.evaluate(views, plan):  # run to its end: a session tidies up after each saved view
+        if plan.out_dir is not None:
+            manifest = _manifest(plan, by_label[result.label], session.manifest_args)
+            result.path = save_view(result, plan.out_dir, manifest=manifest)
+        if progress is not None:
+            progress.view_finished(result.label, len(result.samples))
+        out.append(result)
+    return out
+
+
+def _manifest(plan: RunPlan, view: View, manifest_args: dict[str, Any]) -> dict[str, Any]:
+    return view_manifest(plan.base, view.adapter, plan.task, dict(view.metadata), manifest_args, plan.limit)
