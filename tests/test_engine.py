@@ -428,7 +428,7 @@ def test_toolfid_run_in_bfloat16_counts_and_prints_its_near_ties(toolfid_home: P
     assert main(["run", "--base", paths["base"], "--adapter", paths["adapters"]["faithful"], "--cases", "fixture",
                  "--dtype", "bfloat16", "--verify", "--no-breakdown", "--output", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "adapter view faithful: verified: --verify (metadata verify: true) forces it in bfloat16" in text
+    assert "tokens of faithful: verified: --verify (metadata verify: true) forces it in bfloat16" in " ".join(text.split())
     results = {v: json.loads((out / v / "results.json").read_text()) for v in ("base", "faithful")}
     records = {v: _generation_record(r, next(iter(r["configs"]))) for v, r in results.items()}
     assert {r["near_tie_tolerance"] for r in records.values()} == {0.25}

@@ -45,8 +45,12 @@ def generation_paths(rows: list[Any]) -> str:
         gen = (row.toolfid or {}).get("generation") or {}
         if gen.get("verify_reason"):
             by_reason.setdefault(gen["verify_reason"], []).append(row.label)
-    return "\n".join(f"adapter view{'s' if len(labels) > 1 else ''} {', '.join(labels)}: {reason}"
-                     for reason, labels in by_reason.items())
+    import shutil
+    import textwrap
+
+    width = max(40, shutil.get_terminal_size((120, 24)).columns - 1)
+    return "\n".join(textwrap.fill(f"tokens of {', '.join(labels)}: {reason}", width=width, subsequent_indent="    ",
+                                   break_on_hyphens=False) for reason, labels in by_reason.items())
 
 
 def verification_note(rows: list[Any]) -> str:
