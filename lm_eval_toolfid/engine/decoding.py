@@ -18,7 +18,7 @@ The stages, each in its module, and what each hands the next (:mod:`~lm_eval_too
 1. **admit** (:mod:`~lm_eval_toolfid.engine.admission`): :func:`admission_order` sorts the rows (by prompt
    when prefixes are shared, so a prefix's rows come together, else longest first); the loop below
    admits waiting rows whenever ``refill`` decode slots are free, and :class:`Admission` runs their
-   passes, returning an :class:`Outcome` (rows finished, rows joining the decode batch);
+   passes, returning an :class:`~lm_eval_toolfid.engine.handoffs.Outcome` (rows finished, rows joining the decode batch);
 2. **prompt pass** (:mod:`~lm_eval_toolfid.engine.prompt_pass`, passes built by
    :mod:`~lm_eval_toolfid.engine.passes`): shared prefixes (:mod:`~lm_eval_toolfid.engine.prefix_cache`:
    the branch points of the prompts' token trie) are computed once, each on its nearest computed ancestor;
@@ -68,13 +68,12 @@ from typing import Any, Callable, Sequence
 from lm_eval_toolfid.engine.admission import Admission, admission_order
 from lm_eval_toolfid.engine.config import NEAR_TIE, NEAR_TIE_BY_DTYPE, EngineConfig, EngineStats, near_tie_for
 from lm_eval_toolfid.engine.decode_batch import DecodeBatch
-from lm_eval_toolfid.engine.handoffs import Outcome
 from lm_eval_toolfid.engine.kv_store import KVStore
 from lm_eval_toolfid.engine.model_runner import EngineUnsupported, ModelFit, ModelRunner, engine_unsupported
 from lm_eval_toolfid.engine.rows import Row, RowResult, Stopper
 
-__all__ = ["NEAR_TIE", "NEAR_TIE_BY_DTYPE", "EngineConfig", "EngineStats", "EngineUnsupported", "GreedyEngine",
-           "Outcome", "Row", "RowResult", "Stopper", "engine_unsupported", "near_tie_for"]
+__all__ = ["NEAR_TIE", "NEAR_TIE_BY_DTYPE", "EngineConfig", "EngineStats", "EngineUnsupported", "GreedyEngine", "Row",
+           "RowResult", "Stopper", "engine_unsupported", "near_tie_for"]
 
 log = logging.getLogger("lm_eval.toolfid")
 

@@ -11,6 +11,7 @@ from lm_eval_toolfid.engine.config import EngineConfig
 from lm_eval_toolfid.engine.handoffs import Drafting, Outcome, RowState
 from lm_eval_toolfid.engine.kv_store import KVRef, KVStore
 from lm_eval_toolfid.engine.model_runner import ModelRunner
+from lm_eval_toolfid.engine.rows import LiveRow
 
 
 class DraftVerifier:
@@ -61,7 +62,7 @@ class DraftVerifier:
             logits = runner.forward(ids, mask, positions, store.cache(layers), C)
             best, gaps = runner.pick(logits)
             del logits
-            states: list[tuple[RowState, Any, KVRef]] = []
+            states: list[tuple[RowState, LiveRow, KVRef]] = []
             for j, r in enumerate(todo):
                 n = int(cmask[j].sum())
                 fed[r] += n
