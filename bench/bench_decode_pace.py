@@ -78,13 +78,15 @@ def step_times(model: Any, batches: list[int], context: int, steps: int = 3) -> 
     """Seconds per decode step at each batch size, every row with ``context`` cached tokens."""
     import torch
 
-    from lm_eval_toolfid.engine.decoding import GreedyEngine
+    from lm_eval_toolfid.engine.model_runner import ModelFit
+    from lm_eval_toolfid.engine.slot_cache import slot_cache_classes
 
-    engine = GreedyEngine(model, 0)
+    fit = ModelFit.of(model)
+    SlotLayer, SlotCache = slot_cache_classes()
     ids = torch.randint(1000, 20000, (1, context))
     with torch.inference_mode():
-        cache = engine.SlotCache([engine.SlotLayer(context) for _ in range(engine.n_layers)])
-        model(input_ids=ids, **{engine.cache_arg: cache}, use_cache=True, logits_to_keep=1)
+        cache = SlotCache([SlotLayer(context) for _ in range(fit.n_layers)])
+        model(input_ids=ids, **{fit.cache_arg: cache}, use_cache=True, logits_to_keep=1)
         out = {}
         for b in batches:
             layers = []
@@ -93,15 +95,15 @@ def step_times(model: Any, batches: list[int], context: int, steps: int = 3) -> 
                 v = layer.vbuf.new_zeros(b, layer.vbuf.shape[1], context + steps + 1, layer.vbuf.shape[3])
                 k[:, :, :context] = layer.kbuf[:, :, :context]
                 v[:, :, :context] = layer.vbuf[:, :, :context]
-                layers.append(engine.SlotLayer(context + steps + 1, k, v, length=context))
-            c = engine.SlotCache(layers)
+                layers.append(SlotLayer(context + steps + 1, k, v, length=context))
+            c = SlotCache(layers)
             token = torch.full((b, 1), 1234)
             t = []
             for s in range(steps):
                 mask = torch.ones(b, context + s + 1, dtype=torch.long)
                 t0 = time.perf_counter()
                 logits = model(input_ids=token, attention_mask=mask, position_ids=torch.full((b, 1), context + s),
-                               **{engine.cache_arg: c}, use_cache=True, logits_to_keep=1).logits
+                               **{fit.cache_arg: c}, use_cache=True, logits_to_keep=1).logits
                 logits.argmax(-1)
                 t.append(time.perf_counter() - t0)
             out[b] = min(t)

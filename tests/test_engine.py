@@ -1,4 +1,4 @@
-"""The greedy engine (engine/decoding.py) on the bundled fixture model and its three adapters.
+"""The greedy engine (engine/decoding.py and its stages) on the bundled fixture model and its three adapters.
 
 Exactness is the contract: the engine's plain path gives ``generate``'s tokens; verification of a
 draft (the base's tokens, a wrong draft, a cut one) gives the plain path's tokens, case by case,
@@ -191,16 +191,16 @@ def test_drafts_are_verified_in_passes_of_like_length(fixture_model: dict, base_
     """A verification pass reads its rows' KV up to the longest prompt among them, so rows admitted together
     (sorted by prompt when prefixes are shared, not by length) go to passes of like length within the padded
     budget, as prompt passes do; the tokens stay plain decoding's."""
-    from lm_eval_toolfid.engine import decoding
+    from lm_eval_toolfid.engine.draft_verify import DraftVerifier
 
     groups: list[list[int]] = []
-    real = decoding._Batch._draft_passes
+    real = DraftVerifier.verify
 
-    def spy(self, drafting, finished, joining):  # noqa: ANN001, ANN202
-        groups.append([len(d[1].prompt) for d in drafting])
-        return real(self, drafting, finished, joining)
+    def spy(self, group):  # noqa: ANN001, ANN202
+        groups.append([len(d.live.row.prompt) for d in group])
+        return real(self, group)
 
-    monkeypatch.setattr(decoding._Batch, "_draft_passes", spy)
+    monkeypatch.setattr(DraftVerifier, "verify", spy)
     config = {"max_batch": 16, "prefill_tokens": 600, "max_padding": 0.1}
     with _view(fixture_model, None):
         out = _engine(fixture_model, **config).run(_rows(fixture_model, base_tokens))

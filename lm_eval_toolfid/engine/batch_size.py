@@ -19,6 +19,7 @@ import logging
 from typing import Any, Callable, TypeVar
 
 from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.engine.model_runner import base_model, text_config
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -62,8 +63,7 @@ def free_memory(device: Any) -> int | None:
 
 def kv_bytes_per_token(model: Any) -> int:
     """KV-cache bytes one token of one row takes in this model."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    config = base.config.get_text_config(decoder=True) if hasattr(base.config, "get_text_config") else base.config
+    base, config = base_model(model), text_config(model)
     layers = int(config.num_hidden_layers)
     heads = int(getattr(config, "num_attention_heads"))
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
@@ -74,8 +74,7 @@ def kv_bytes_per_token(model: Any) -> int:
 
 def activation_reserve(model: Any, prefill_tokens: int, verify_logits: int = VERIFY_LOGITS["cpu"]) -> int:
     """Bytes kept free for one forward pass of ``prefill_tokens`` tokens (MLP activations, logits)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    config = base.config.get_text_config(decoder=True) if hasattr(base.config, "get_text_config") else base.config
+    base, config = base_model(model), text_config(model)
     hidden = int(config.hidden_size)
     inner = int(getattr(config, "intermediate_size", None) or 4 * hidden)
     vocab = int(getattr(config, "vocab_size", 0) or 0)

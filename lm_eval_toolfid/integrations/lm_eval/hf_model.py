@@ -43,7 +43,8 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils_hf import stop_sequences_criteria
 
 from lm_eval_toolfid.engine.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
-from lm_eval_toolfid.engine.decoding import EngineConfig, EngineUnsupported, GreedyEngine, Row, near_tie_for
+from lm_eval_toolfid.engine.decoding import (EngineConfig, EngineUnsupported, GreedyEngine, Row, engine_unsupported,
+                                              near_tie_for)
 from lm_eval_toolfid.engine.stopping import RowStopper, eos_token_ids, make_stopping_criteria
 from lm_eval_toolfid.engine.verify_policy import VerifyChoice, choose_verify, combine_requests
 from lm_eval_toolfid.integrations.lm_eval.hints import RequestHints, hints_of
@@ -221,11 +222,7 @@ class ToolfidHFLM(HFLM):
     def _engine_fits(self, requests: list[Any]) -> str | None:
         """Why these requests will not go to the engine (None: they will), decided before batching."""
         if not hasattr(self, "_engine_unsupported"):
-            try:
-                GreedyEngine(self.model, 0)
-                self._engine_unsupported: str | None = None
-            except EngineUnsupported as exc:
-                self._engine_unsupported = str(exc)
+            self._engine_unsupported: str | None = engine_unsupported(self.model)
         if self._engine_unsupported:
             return self._engine_unsupported
         for r in requests:

@@ -1,0 +1,65 @@
+"""Admission: the order rows are admitted in (:func:`admission_order`: sorted by prompt when prefixes are shared,
+so a prefix's rows come together; else longest first), and :class:`Admission`, which runs the passes that bring
+admitted rows to the decode batch — their shared prefixes, their prompt passes (groups of like length), then the
+verification of the drafts whose first token matched (groups of like prompt length)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from lm_eval_toolfid.engine.config import EngineConfig
+from lm_eval_toolfid.engine.draft_verify import DraftVerifier
+from lm_eval_toolfid.engine.handoffs import Outcome
+from lm_eval_toolfid.engine.kv_store import KVStore
+from lm_eval_toolfid.engine.model_runner import ModelRunner
+from lm_eval_toolfid.engine.passes import length_groups
+from lm_eval_toolfid.engine.prefix_cache import PrefixPlan
+from lm_eval_toolfid.engine.prompt_pass import Admitted, PrefixPasses, PromptPass, SharedPrefixes
+from lm_eval_toolfid.engine.rows import Row
+
+
+def admission_order(rows: Sequence[Row], todo: list[int], config: EngineConfig) -> tuple[list[int], PrefixPlan | None]:
+    """Rows ``todo`` in admission order, and the view's shared-prefix plan (None: no prefixes shared)."""
+    plan = None
+    if config.share_prefixes and len(todo) > 1:
+        plan = PrefixPlan.build([r.prompt for r in rows], todo, config.min_shared)
+        if not plan.nodes:
+            plan = None
+    if plan is not None:  # sorted by prompt: the rows of a shared prefix are admitted together
+        return plan.order, plan
+    return sorted(todo, key=lambda i: -(len(rows[i].prompt) + len(rows[i].draft))), None
+
+
+class Admission:
+    """The passes that admit rows: prompt passes (with shared prefixes), then draft verification."""
+
+    def __init__(self, runner: ModelRunner, store: KVStore, config: EngineConfig, near_tie: float,
+                 plan: PrefixPlan | None) -> None:
+        self.config = config
+        self.prefixes = SharedPrefixes(plan)
+        self.prefix_passes = PrefixPasses(runner, store, config, self.prefixes)
+        self.prompt_pass = PromptPass(runner, store, config, near_tie, self.prefixes)
+        self.verifier = DraftVerifier(runner, store, config, near_tie)
+
+    def admit(self, rows: Sequence[tuple[int, Row]]) -> Outcome:
+        """Prompt passes for ``rows`` (groups of like length; a row whose prompt starts with a shared prefix computes
+        only the rest, on the prefix's KV), then draft passes for every row whose first token matched its draft.
+        Returns the rows that finished and those that join the decode batch, in that order of passes."""
+        budget, share = self.config.prefill_tokens, self.config.max_padding
+        prefixes = self.prefixes
+        items = [Admitted(i, row, prefixes.node_of(i)) for i, row in rows]
+        if prefixes.plan is not None:
+            self.prefix_passes.compute({a.node for a in items if a.node is not None})
+            # longest suffix first (the order without shared prefixes is longest prompt first already)
+            items.sort(key=lambda a: -(len(a.row.prompt) - prefixes.depth(a.node)))
+        outcome = Outcome()
+        for group in length_groups(items, lambda a: len(a.row.prompt) - prefixes.depth(a.node), budget, share):
+            outcome += self.prompt_pass.run(group)
+        # drafts in passes of rows of like prompt length, within the padded-token budget: a verification pass
+        # reads every row's KV up to its longest prompt (under grouped-query attention, expanded per query head),
+        # so one pass for all rows admitted together — sorted by prompt, not by length, when prefixes are
+        # shared — made each draft chunk cost the longest row's columns for every row
+        drafting = sorted(outcome.drafting, key=lambda d: -len(d.live.row.prompt))
+        for group in length_groups(drafting, lambda d: len(d.live.row.prompt), budget, share):
+            outcome += self.verifier.verify(group)
+        return Outcome(outcome.finished, outcome.joining, (), outcome.shared_tokens)

@@ -1,0 +1,68 @@
+"""The engine's settings (:class:`EngineConfig`), what one run computed (:class:`EngineStats`) and the near-tie
+bound by dtype (:func:`near_tie_for`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+NEAR_TIE = 1e-3
+"""Top-two logit gap below which a verified token counts as a near tie, float32 logits (docs/performance.md)."""
+NEAR_TIE_BY_DTYPE = {"bfloat16": 0.25, "float16": 0.03}
+"""The same bound for half-precision models: their logits carry 8 (bfloat16) or 11 (float16) significant bits,
+so at a top logit of 16-32 one unit in the last place is 0.125 (0.0156), and two schedules of one forward pass
+(another batch, a shared prefix, a draft pass) differ by such units. Measured on the fixture model in
+bfloat16 (CPU: <= 0.0625; an H200: <= 0.125): every token that differed between schedules did so at such a gap."""
+
+
+def near_tie_for(dtype: Any) -> float:
+    """The near-tie bound for a model whose logits come in ``dtype`` (a torch dtype or its name)."""
+    return NEAR_TIE_BY_DTYPE.get(str(dtype).removeprefix("torch."), NEAR_TIE)
+
+
+@dataclass
+class EngineStats:
+    """What one engine run computed (benchmarks compare it with the hardware's limits)."""
+
+    forward_passes: int = 0
+    prompt_tokens: int = 0
+    """Tokens of prompt (+ draft) passes, padding excluded."""
+    padded_tokens: int = 0
+    """Tokens of prompt (+ draft) passes, padding included."""
+    logit_rows: int = 0
+    """Positions the lm_head ran on."""
+    step_rows: list[int] = field(default_factory=list)
+    """Rows in each decode step."""
+    prompt_tokens_total: int = 0
+    """Prompt tokens of every row (what the prompt passes compute without shared prefixes)."""
+    shared_tokens: int = 0
+    """Prompt tokens not computed: rows started from a shared prefix computed once."""
+    prefix_nodes: int = 0
+    prefix_peak_tokens: int = 0
+    """Most shared-prefix tokens whose KV was held at once."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_batch: int = 16
+    """Rows decoding at once."""
+    prefill_tokens: int = 4096
+    """Padded tokens per prompt/verification forward pass (a row longer than this goes alone)."""
+    max_padding: float = 0.1
+    """Share of a prompt pass's tokens that may be padding (rows of unlike length go to other passes)."""
+    first_chunk: int = 16
+    """Draft tokens verified in the first pass; the rest follow only if all of those are accepted."""
+    near_tie: float | None = None
+    """Top-two logit gap below which a token read from another schedule counts as a near tie (None: by the
+    model's dtype, :func:`near_tie_for`)."""
+    verify_logits: int = 64 * 1024 * 1024
+    """Logit floats per verification pass after the first (bounds its memory: rows x chunk x vocab)."""
+    record_gaps: bool = False
+    refill: int = 0
+    """Admit waiting rows once this many decode slots are free (0: max_batch // 8, at least 1)."""
+    share_prefixes: bool = True
+    """Compute prompt prefixes that rows share once per view (:mod:`lm_eval_toolfid.engine.prefix_cache`)."""
+    min_shared: int = 16
+    """Shortest shared prefix worth a pass of its own."""
+    fold_gqa: bool = True
+    """CPU: grouped-query attention over the unexpanded KV cache (:mod:`lm_eval_toolfid.engine.attention`)."""

@@ -1,0 +1,86 @@
+"""The draft verification stage: the drafts of a group of rows whose tokens have all matched so far, a chunk per
+pass (a first ``first_chunk`` probe, then the rest within the logits budget), on one cache that holds each row's
+prompt right-aligned (copied from its prompt pass). Rows come back finished or joining the decode batch."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from lm_eval_toolfid.engine.acceptance import accept_predictions
+from lm_eval_toolfid.engine.config import EngineConfig
+from lm_eval_toolfid.engine.handoffs import Drafting, Outcome, RowState
+from lm_eval_toolfid.engine.kv_store import KVRef, KVStore
+from lm_eval_toolfid.engine.model_runner import ModelRunner
+from lm_eval_toolfid.engine.rows import LiveRow
+
+
+class DraftVerifier:
+    def __init__(self, runner: ModelRunner, store: KVStore, config: EngineConfig, near_tie: float) -> None:
+        self.runner, self.store, self.config, self.near_tie = runner, store, config, near_tie
+
+    def chunk(self, rows: int) -> int:
+        """Draft tokens per verification pass after the first: logits stay within ``verify_logits``."""
+        return max(8, self.config.verify_logits // max(1, rows * self.runner.fit.vocab))
+
+    def verify(self, group: Sequence[Drafting]) -> Outcome:
+        """Verify the group's drafts (rows of like prompt length) until each row stops or diverges."""
+        torch, runner, store = self.runner.torch, self.runner, self.store
+        lives = [d.live for d in group]
+        rows = [live.row for live in lives]
+        T = max(len(row.prompt) for row in rows)
+        cap = T + min(max(len(row.draft) for row in rows), self.config.first_chunk)
+        kv = store.alloc(group[0].kv.kv, len(rows), cap)
+        starts = [T - len(row.prompt) for row in rows]
+        for j, d in enumerate(group):
+            store.place(kv, j, starts[j], d.kv)
+        layers = store.layers(kv, T)
+        mask = torch.zeros((len(rows), T), dtype=torch.long)
+        for j, start in enumerate(starts):
+            mask[j, start:] = 1
+        fed = [0] * len(rows)  # draft tokens in the cache
+        members, again = list(range(len(rows))), list(range(len(rows)))
+        chunk = self.config.first_chunk
+        outcome = Outcome()
+        while again:
+            sel = [members.index(r) for r in again]
+            layers, mask = self._select(layers, mask, sel)
+            members, todo, again = again, again, []
+            C = min(max(len(rows[r].draft) - fed[r] for r in todo), chunk)
+            chunk = self.chunk(len(todo))  # the first chunk probes; the next ones take the rest
+            width = mask.shape[1]
+            ids = torch.full((len(todo), C), runner.pad_id, dtype=torch.long)
+            cmask = torch.zeros((len(todo), C), dtype=torch.long)
+            for j, r in enumerate(todo):
+                c = list(rows[r].draft[fed[r]:fed[r] + C])
+                ids[j, :len(c)] = torch.tensor(c, dtype=torch.long)
+                cmask[j, :len(c)] = 1
+            mask = torch.cat([mask, cmask], dim=1)
+            start = torch.tensor([len(rows[r].prompt) + fed[r] for r in todo], dtype=torch.long)
+            positions = start[:, None] + torch.arange(C)[None, :]
+            for layer in layers:  # room for this chunk
+                layer.reserve(width + C)
+            logits = runner.forward(ids, mask, positions, store.cache(layers), C)
+            best, gaps = runner.pick(logits)
+            del logits
+            states: list[tuple[RowState, LiveRow, KVRef]] = []
+            for j, r in enumerate(todo):
+                n = int(cmask[j].sum())
+                fed[r] += n
+                live = lives[r]
+                state = accept_predictions(live, list(zip(best[j][:n], gaps[j][:n])), verified=True,
+                                           near_tie=self.near_tie, record=self.config.record_gaps)
+                if state is RowState.MORE:
+                    again.append(r)
+                    continue
+                if state is RowState.DECODE:
+                    live.length = len(live.row.prompt) + live.result.accepted
+                states.append((state, live, KVRef.of_layers(layers, j, [(starts[r], live.length)])))
+            outcome += Outcome.of(states)
+        return outcome
+
+    def _select(self, layers: list[Any], mask: Any, sel: list[int]) -> tuple[list[Any], Any]:
+        """Only rows ``sel`` of the cache and mask (unchanged when that is all of them)."""
+        if sel == list(range(mask.shape[0])):
+            return layers, mask
+        torch = self.runner.torch
+        return self.store.select(layers, sel), mask.index_select(0, torch.tensor(sel, dtype=torch.long))

@@ -1,0 +1,62 @@
+"""What the engine's stages hand each other: a row's state after a pass (:class:`RowState`), a row that goes on
+to draft verification (:class:`Drafting`) or joins the decode batch (:class:`Joining`), and what a stage
+returns (:class:`Outcome`)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Sequence
+
+from lm_eval_toolfid.engine.kv_store import KVRef
+from lm_eval_toolfid.engine.rows import LiveRow
+
+
+class RowState(enum.Enum):
+    """Where a row stands after the predictions of one pass."""
+
+    DONE = "done"
+    """The row stopped: its result is final."""
+    MORE = "more"
+    """Every draft token so far accepted, and the draft goes on beyond this pass: verify the next chunk."""
+    DECODE = "decode"
+    """The row continues by decode steps from its ``pending`` token."""
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """A row whose first token matched its draft: the rest of the draft is verified on its prompt's KV."""
+
+    live: LiveRow
+    kv: KVRef
+
+
+@dataclass(frozen=True)
+class Joining:
+    """A row that goes on by decode steps: its KV (``live.length`` columns) joins the decode batch."""
+
+    live: LiveRow
+    kv: KVRef
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a stage produced: rows that finished, rows that join the decode batch, rows whose drafts go on
+    (in the order the stage met them), and prompt tokens taken from shared prefixes instead of computed."""
+
+    finished: tuple[LiveRow, ...] = ()
+    joining: tuple[Joining, ...] = ()
+    drafting: tuple[Drafting, ...] = ()
+    shared_tokens: int = 0
+
+    def __add__(self, other: Outcome) -> Outcome:
+        return Outcome(self.finished + other.finished, self.joining + other.joining, self.drafting + other.drafting,
+                       self.shared_tokens + other.shared_tokens)
+
+    @staticmethod
+    def of(states: Sequence[tuple[RowState, LiveRow, KVRef]], shared_tokens: int = 0) -> Outcome:
+        """Rows sorted by their state after a pass, each with where its KV is."""
+        return Outcome(finished=tuple(live for state, live, _ in states if state is RowState.DONE),
+                       joining=tuple(Joining(live, kv) for state, live, kv in states if state is RowState.DECODE),
+                       drafting=tuple(Drafting(live, kv) for state, live, kv in states if state is RowState.MORE),
+                       shared_tokens=shared_tokens)

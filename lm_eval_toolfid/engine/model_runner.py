@@ -1,0 +1,134 @@
+"""The model as the engine's stages call it: whether it fits the engine (:func:`engine_unsupported`, without
+building one), what the engine reads of it (:class:`ModelFit`), and one forward pass with its argmax and top-two
+gaps (:class:`ModelRunner`, which counts every pass into the :class:`EngineStats` it is given)."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from lm_eval_toolfid.engine.config import EngineStats
+
+
+class EngineUnsupported(Exception):
+    """The model's cache or forward does not fit this engine (callers fall back to ``generate``)."""
+
+
+def base_model(model: Any) -> Any:
+    """The model under a PEFT wrapper (the model itself without one)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def text_config(model: Any) -> Any:
+    """The decoder's config of ``model`` (of its base model; a multimodal config's text part)."""
+    config = base_model(model).config
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+
+
+def _forward_params(model: Any) -> Any:
+    return inspect.signature(base_model(model).forward).parameters
+
+
+def _cache_arg(params: Any) -> str:
+    # transformers 5.24 renamed forward's past_key_values to cache (the old name deprecated until 5.40)
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def engine_unsupported(model: Any) -> str | None:
+    """Why ``model`` does not fit the engine (its forward takes no positions or cache, it has layers other than
+    full attention, a sliding window, no layer count), or None when it does. Builds no engine, raises nothing."""
+    name = type(base_model(model)).__name__
+    try:
+        params = _forward_params(model)
+        config = text_config(model)
+    except (AttributeError, TypeError, ValueError) as exc:
+        return f"{name} cannot be inspected ({exc})"
+    if "position_ids" not in params or _cache_arg(params) not in params:
+        return f"{name}.forward takes no position_ids/past_key_values"
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types and any(t != "full_attention" for t in layer_types):
+        return f"{name} has {sorted(set(layer_types) - {'full_attention'})} layers"
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return f"{name} uses a sliding window"
+    if getattr(config, "num_hidden_layers", None) is None:
+        return f"{name}'s config has no num_hidden_layers"
+    return None
+
+
+@dataclass(frozen=True)
+class ModelFit:
+    """What the engine reads of a model that fits it."""
+
+    cache_arg: str
+    """forward's name for the cache (``cache`` or ``past_key_values``)."""
+    keep_logits: bool
+    """forward takes ``logits_to_keep`` (the lm_head runs only where a token is read)."""
+    n_layers: int
+    vocab: int
+
+    @staticmethod
+    def of(model: Any) -> ModelFit:
+        """Raises :class:`EngineUnsupported` (with :func:`engine_unsupported`'s reason) for a model that does
+        not fit."""
+        why = engine_unsupported(model)
+        if why is not None:
+            raise EngineUnsupported(why)
+        params, config = _forward_params(model), text_config(model)
+        return ModelFit(cache_arg=_cache_arg(params), keep_logits="logits_to_keep" in params,
+                        n_layers=int(getattr(config, "num_hidden_layers")),
+                        vocab=int(getattr(config, "vocab_size", 0) or 0) or 32000)
+
+
+class ModelRunner:
+    """One forward pass of the model (explicit mask, positions and cache; logits of the last ``keep`` columns), and
+    the argmax and top-two gap of its logits. Every pass is counted in ``stats``."""
+
+    def __init__(self, model: Any, fit: ModelFit, pad_id: int, stats: EngineStats, fold_gqa: bool) -> None:
+        import torch
+
+        self.torch = torch
+        self.model = model
+        self.fit = fit
+        self.pad_id = pad_id
+        self.stats = stats
+        self.device = next(model.parameters()).device
+        if self.device.type == "cpu" and fold_gqa:
+            from lm_eval_toolfid.engine.attention import folded_gqa_attention
+
+            self.attention: Callable[[], Any] = folded_gqa_attention
+        else:
+            self.attention = contextlib.nullcontext
+
+    def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any, keep: int,
+                step: bool = False) -> Any:
+        """Logits of the last ``keep`` positions, [batch, keep, vocab] (float32); ``step``: a decode step (else a
+        prompt or draft pass). The tensors may be on the CPU: they are moved to the model's device."""
+        device = self.device
+        input_ids, attention_mask, position_ids = input_ids.to(device), attention_mask.to(device), position_ids.to(device)
+        stats = self.stats
+        stats.forward_passes += 1
+        if step:
+            stats.step_rows.append(int(input_ids.shape[0]))
+        else:
+            stats.prompt_tokens += int(attention_mask[:, -input_ids.shape[1]:].sum())
+            stats.padded_tokens += int(input_ids.numel())
+        stats.logit_rows += int(input_ids.shape[0]) * keep
+        kwargs: dict[str, Any] = {"logits_to_keep": keep} if self.fit.keep_logits else {}
+        kwargs[self.fit.cache_arg] = cache
+        with self.attention():
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             use_cache=True, **kwargs)
+        logits = out.logits
+        if logits.shape[1] > keep:
+            logits = logits[:, -keep:]
+        return logits.float()
+
+    def pick(self, logits: Any, with_gaps: bool = True) -> tuple[list[list[int]], list[list[float]]]:
+        """Argmax and (``with_gaps``) top-two gap of every position: ([rows][positions], same)."""
+        best = logits.argmax(dim=-1)  # the same tie-breaking as generate's greedy argmax
+        if not with_gaps:
+            return best.tolist(), []
+        top = self.torch.topk(logits, 2, dim=-1)
+        return best.tolist(), (top.values[..., 0] - top.values[..., 1]).tolist()

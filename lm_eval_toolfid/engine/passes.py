@@ -1,0 +1,78 @@
+"""Prompt-side forward passes: which rows go together (:func:`length_groups`: like length, within the padded-token
+budget) and one pass over rows that may start from a shared prefix's KV (:func:`run_pass`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+from lm_eval_toolfid.engine.kv_store import KVRef, KVStore
+from lm_eval_toolfid.engine.model_runner import ModelRunner
+
+T = TypeVar("T")
+
+
+def length_groups(items: Sequence[T], length: Callable[[T], int], budget: int, share: float) -> Iterator[list[T]]:
+    """Consecutive items (longest first) per pass: at most ``budget`` padded tokens, and at most ``share`` of them
+    padding."""
+    group: list[T] = []
+    longest = real = 0
+    for item in items:  # already longest first
+        n = length(item)
+        top = max(longest, n)
+        padded = top * (len(group) + 1)
+        if group and (padded > budget or padded - real - n > share * padded):
+            yield group
+            group, longest, real, top = [], 0, 0, n
+        group.append(item)
+        longest, real = top, real + n
+    if group:
+        yield group
+
+
+@dataclass(frozen=True)
+class PassEntry:
+    """One row of a pass: the tokens to compute, after ``depth`` columns of prefix KV (``prefix``; none at 0)."""
+
+    prefix: KVRef | None
+    depth: int
+    tokens: Sequence[int]
+
+
+@dataclass(frozen=True)
+class PassOut:
+    """A pass's logits (the last ``keep`` columns) and where each entry's KV now is."""
+
+    logits: Any
+    kv: tuple[KVRef, ...]
+
+
+def run_pass(runner: ModelRunner, store: KVStore, entries: Sequence[PassEntry], keep: int = 1) -> PassOut:
+    """One forward pass of ``entries`` in one batch: each prefix right-aligned at column P (left padding), the tokens
+    after it left-padded to width S, explicit mask and positions. Without prefixes this is exactly the plain prompt
+    pass. Each entry's KV is its prefix's span and its tokens' span, in order."""
+    torch = runner.torch
+    P = max(e.depth for e in entries)
+    S = max(len(e.tokens) for e in entries)
+    B = len(entries)
+    ids = torch.full((B, S), runner.pad_id, dtype=torch.long)
+    mask = torch.zeros((B, P + S), dtype=torch.long)
+    positions = torch.zeros((B, S), dtype=torch.long)
+    spans: list[tuple[tuple[int, int], ...]] = []
+    for r, e in enumerate(entries):
+        p, n = e.depth, len(e.tokens)
+        ids[r, S - n:] = torch.tensor(list(e.tokens), dtype=torch.long)
+        mask[r, P - p:P] = 1
+        mask[r, P + S - n:] = 1
+        positions[r, S - n:] = torch.arange(p, p + n)
+        spans.append(((P - p, p),) * bool(p) + ((P + S - n, n),))
+    if P == 0:
+        cache = store.empty_cache(S)
+    else:
+        kv = store.alloc(next(e.prefix for e in entries if e.depth).kv, B, P + S)
+        for r, e in enumerate(entries):
+            if e.depth:
+                store.place(kv, r, P - e.depth, e.prefix)
+        cache = store.cache(store.layers(kv, P))
+    logits = runner.forward(ids, mask, positions, cache, keep)
+    return PassOut(logits, tuple(KVRef.of_layers(cache.layers, r, s) for r, s in enumerate(spans)))
