@@ -8,6 +8,7 @@ the n-th request: an HTTP status, a malformed body, a cut answer, the stop strin
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -19,7 +20,9 @@ from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.cases.load import load_cases
 
 
+@functools.lru_cache(maxsize=1)
 def _gold() -> list[tuple[str, str, dict[str, Any]]]:
+    """The fixture cases' requests and gold calls (read once: 0.4 s a read, a request's time budget in tests)."""
     cases = load_cases(fixture_paths()["cases"])
     return [(c.prompt, c.gold_tool_name or "", c.gold_arguments or {}) for c in cases if c.gold_tool_name]
 

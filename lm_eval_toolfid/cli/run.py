@@ -83,7 +83,9 @@ def verification_note(rows: list[Any]) -> str:
 
 
 def _resume_hint(args: argparse.Namespace, out: Path) -> str:
-    argv = list(getattr(args, "argv", []) or [])
+    from lm_eval_toolfid.cli.served_options import redact_argv
+
+    argv = redact_argv(getattr(args, "argv", []) or [])  # served: --header values never printed
     if "--output" not in argv and "--out" not in argv:
         argv += ["--output", str(out)]
     if "--resume" not in argv:
@@ -116,7 +118,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         load_cases(metadata["cases"])
     views = ["base", *adapters]
     progress = Progress(views, live=False if args.verbose else None)
-    from lm_eval_toolfid.serving.client import ServerError
+    from lm_eval_toolfid.serving.client import ServerAuthError, ServerError
 
     try:
         if getattr(args, "server", None):  # `toolfid demo` shares this command without the served options
@@ -129,12 +131,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"error: {exc}"
         print(f"\ntoolfid: {why}; finished views kept in {out}/ ({', '.join(saved) or 'none yet'}). "
               f"Resume with: {_resume_hint(args, out)}", file=sys.stderr)
+        if isinstance(exc, ServerAuthError):  # served: a refused key (401/403), exit 7
+            return exc.exit_code
         return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_SERVER
     return _finish(args, out, base_view, adapter_views)
 
 
 def _run_served(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any],
                 progress: Any) -> tuple[Any, list[Any]]:
+    from lm_eval_toolfid.cli.served_options import connection_from_args
     from lm_eval_toolfid.run.served_session import run_served_views
 
     for flag, value in (("--null-runs", args.null_runs), ("--device", args.device), ("--dtype", args.dtype)):
@@ -144,7 +149,8 @@ def _run_served(args: argparse.Namespace, adapters: dict[str, str], out: Path, m
     return run_served_views(args.server, args.base, adapters, args.task, metadata, out, api=args.api,
                             concurrency=args.concurrency, tokenizer=args.tokenizer, timeout=args.timeout,
                             max_retries=args.max_retries, progress=progress, verbose=args.verbose,
-                            resume=args.resume, limit=args.limit)
+                            resume=args.resume, limit=args.limit,
+                            connection=connection_from_args(args))  # served: key, headers, rate limits
 
 
 def _run(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any],
@@ -314,4 +320,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     served.add_argument("--max-retries", dest="max_retries", type=int, default=3, metavar="N",
                         help="retries of a request the server fails (5xx, 429, timeouts, refused connections; "
                              "default 3); then the view stops, its answers kept for --resume (exit 6)")
+    from lm_eval_toolfid.cli.served_options import add_served_auth_options
+
+    add_served_auth_options(served)  # served: --api-key-env, --header, --retry-after-max, --rate-limit-wait
     p.set_defaults(func=cmd_run)

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.pairing.served import list_models, model_card
+from lm_eval_toolfid.pairing.served import model_card
+from lm_eval_toolfid.serving.client import list_models
+from lm_eval_toolfid.serving.connection import Connection
 from lm_eval_toolfid.run.session import evaluate_view
 from lm_eval_toolfid.reporting.view_store import ViewResult, load_saved_view, view_manifest
 
@@ -23,10 +25,13 @@ class ServedSession:
 
     def __init__(self, server: str, base: str, api: str = "completions", concurrency: int = 8,
                  tokenizer: str | None = None, timeout: float = 300.0, max_retries: int = 3,
-                 progress: Any = None, verbose: bool = True, resume: bool = False) -> None:
+                 progress: Any = None, verbose: bool = True, resume: bool = False,
+                 connection: Connection | None = None) -> None:
         if concurrency < 1:
             raise ToolfidError("--concurrency must be at least 1")
-        self.listing = list_models(server)  # a server that is down fails here, in one line
+        # served connection (key, headers, rate limits): one object, never in model args or manifests
+        self.connection = connection or Connection(concurrency=concurrency, timeout=timeout, max_retries=max_retries)
+        self.listing = list_models(server, self.connection)  # a server that is down fails here, in one line
         self.server, self.base, self.api = server, base, api
         self.progress, self.verbose, self.resume = progress, verbose, resume
         self.options = {"num_concurrent": concurrency, "timeout": timeout, "max_retries": max_retries}
@@ -52,7 +57,7 @@ class ServedSession:
         meta = {**metadata, **({"base_model": self.base} if adapter else {})}
         journal = out_dir / ".served" / f"{label}.jsonl" if out_dir is not None else None
         lm = ToolfidServerLM(model=name, journal=str(journal) if journal else None, resume=self.resume,
-                             **self.model_args_base, **self.options)
+                             **self.model_args_base, **self.options, connection=self.connection)
         if self.progress is not None:
             t0 = time.monotonic()
             lm.answer_hook = lambda answer: self.progress.engine_row(answer.tokens, time.monotonic() - t0)
@@ -68,11 +73,12 @@ def run_served_views(server: str, base: str, adapters: dict[str, str], task: str
                      out_dir: Path | None = None, *, api: str = "completions", concurrency: int = 8,
                      tokenizer: str | None = None, timeout: float = 300.0, max_retries: int = 3,
                      progress: Any = None, verbose: bool = True, resume: bool = False,
-                     limit: int | None = None) -> tuple[ViewResult, list[ViewResult]]:
+                     limit: int | None = None,
+                     connection: Connection | None = None) -> tuple[ViewResult, list[ViewResult]]:
     """The base view, then every adapter view, against one server; ``resume`` reuses views saved in ``out_dir``
     with the same manifest and the answers a stopped view journaled."""
     session = ServedSession(server, base, api, concurrency, tokenizer, timeout, max_retries, progress, verbose,
-                            resume)
+                            resume, connection=connection)
     same = [label for label, name in adapters.items() if name == base]
     if same:
         raise ToolfidError(f"adapter {same[0]!r} is the base model's own name: an adapter view needs the served name of "
