@@ -94,7 +94,7 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
         code = exc.code
         if isinstance(code, str):
             print(code, file=sys.stderr)
-            return 4
+            return int(getattr(exc, "toolfid_exit_code", 4))  # the task's one-line error and its code
         return int(code or 0)
     return 0
 

@@ -241,6 +241,7 @@ class ServerClient:
                                               f"for {time.monotonic() - first_refusal:.0f} s (rate_limit_wait "
                                               f"{conn.rate_limit_wait:g} s; last: {last})")
                         refusals += 1
+                        limit.hold(wait)
                         if pause(wait, cancel):
                             raise ServerError("cancelled: the view is stopping")
                         continue

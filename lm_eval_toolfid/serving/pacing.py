@@ -1,5 +1,6 @@
-"""Pacing requests to a server that refuses some: ``Retry-After`` read (seconds or an HTTP date) and capped, and
-the requests in flight stepped down while the server keeps refusing (429, 503) and back up as it answers."""
+"""Pacing requests to a server that refuses some: ``Retry-After`` read (seconds or an HTTP date) and capped, no
+request sent while the server asked to wait, and the requests in flight stepped down while the server keeps
+refusing (429, 503) and back up as it answers."""
 
 from __future__ import annotations
 
@@ -51,14 +52,22 @@ class AdaptiveLimit:
         self.in_flight = 0
         self._round = 0
         self._streak = 0
+        self._hold = 0.0
         self._cond = threading.Condition()
 
     @contextlib.contextmanager
     def slot(self) -> Iterator[int]:
-        """Hold one of the ``limit`` places while a request is in flight; yields the round it was sent in."""
+        """Hold one of the ``limit`` places while a request is in flight (none while the server asked every
+        request to wait, :meth:`hold`); yields the round it was sent in."""
         with self._cond:
-            while self.in_flight >= self.limit:
-                self._cond.wait()
+            while True:
+                now = time.monotonic()
+                if now < self._hold:
+                    self._cond.wait(self._hold - now)
+                elif self.in_flight >= self.limit:
+                    self._cond.wait()
+                else:
+                    break
             self.in_flight += 1
             sent_in = self._round
         try:
@@ -78,6 +87,12 @@ class AdaptiveLimit:
             self._round += 1
         log.info("tool_use_fidelity: the server refused a request (HTTP %d): %d in flight at most now", status,
                  self.limit)
+
+    def hold(self, seconds: float) -> None:
+        """A rate limit's ``Retry-After`` is the server's word for every request: none is sent for ``seconds``."""
+        with self._cond:
+            self._hold = max(self._hold, time.monotonic() + max(0.0, seconds))
+            self._cond.notify_all()
 
     def answered(self) -> None:
         with self._cond:

@@ -70,8 +70,11 @@ def cut_at_until(text: str, until: Any) -> str:
 
 
 def _fail(exc: ToolfidError) -> SystemExit:
-    """Inside lm-eval a user error ends the run with one line, not a traceback."""
-    return SystemExit(f"tool_use_fidelity: {exc}")
+    """Inside lm-eval a user error ends the run with one line, not a traceback; ``toolfid lm-eval`` exits with the
+    error's own code (a refused key: 7)."""
+    out = SystemExit(f"tool_use_fidelity: {exc}")
+    out.toolfid_exit_code = exc.exit_code  # type: ignore[attr-defined]
+    return out
 
 
 def backend_name(model: Any) -> str:
