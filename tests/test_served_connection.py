@@ -4,32 +4,22 @@ a token bucket). The real ``toolfid`` CLI against an in-process endpoint (tests/
 from __future__ import annotations
 
 import email.utils
-import io
 import json
 import os
 import subprocess
 import sys
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 
-from lm_eval_toolfid.cli import main
-
 from .fake_server import Fake, TokenBucket, serve
 from .lm_eval_helpers import FIXTURE_TASK
+from .test_served_faults import _main, _toolfid
 
 KEY = "sk-toolfid-RECOGNISABLE-7f3a9c"
 GATEWAY = "gw-toolfid-SECRET-51d2e8"
 BIN = Path(sys.executable).parent
-
-
-def _main(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
@@ -45,11 +35,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _run(url: str, out: Path, *extra: str, limit: int = 4) -> list[str]:
     return ["run", "--server", url, "--base", "fake-base", "--adapter", "ad=fake-ad", "--task", FIXTURE_TASK,
             "--output", str(out), "--json", "--limit", str(limit), *extra]
-
-
-def _toolfid(out: Path, label: str) -> dict:
-    results = json.loads((out / label / "results.json").read_text())
-    return results["configs"][FIXTURE_TASK]["metadata"]["toolfid"]
 
 
 def _samples(out: Path, label: str) -> list[dict]:
