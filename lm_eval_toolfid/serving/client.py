@@ -279,7 +279,13 @@ def list_models(base_url: str, connection: Connection | None = None) -> list[dic
     url = api_root(base_url) + "/models"
     try:
         with conn.with_options(timeout=min(conn.timeout, 10.0)).http_client() as http:
-            response = http.get(url)
+            for attempt in range(4):  # a rate-limited endpoint may refuse the lookup too: wait as it says
+                response = http.get(url)
+                told = retry_after_seconds(response.headers.get("retry-after"))
+                if response.status_code not in REFUSAL_STATUS or attempt == 3 or (
+                        response.status_code == 503 and told is None):
+                    break
+                pause(min(told if told is not None else 2.0 ** attempt, conn.retry_after_max), None)
     except httpx2.HTTPError as exc:
         reason = conn.redact(one_line(str(exc) or type(exc).__name__))
         raise ToolfidError(f"server {server_origin(base_url)} is not reachable ({reason}); start it first "
