@@ -57,6 +57,8 @@ class Fake:
     """Every request as it arrived: (time, method, path as sent, headers)."""
     refused: int = 0
     """Generation requests answered 429 by the bucket."""
+    answered_at: list[tuple[float, str]] = field(default_factory=list)
+    """(time, model) of every generation request past the key and the rate limit."""
     answered_with: list[tuple[int, str | None]] = field(default_factory=list)
     """The ``status:`` plans answered: (status, Retry-After)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -80,6 +82,7 @@ class Fake:
         with self.lock:
             n = len(self.requests)
             self.requests.append(body)
+            self.answered_at.append((time.monotonic(), str(body.get("model"))))
         what = self.plan(n, body)
         if what == "down":
             self.down = True
