@@ -3,12 +3,16 @@
 It answers ``/v1/models`` and ``/v1/completions`` / ``/v1/chat/completions`` with the gold call of the fixture
 case whose request it finds in the prompt (so runs score something real), unless ``plan`` says otherwise for
 the n-th request: an HTTP status, a malformed body, a cut answer, the stop string echoed, structured
-``tool_calls`` (optionally with arguments that are not JSON).
+``tool_calls`` (optionally with arguments that are not JSON), a status with a ``Retry-After``. It can want an API
+key (401 without it), rate-limit with a token bucket (429 with ``Retry-After``), and it records every request's
+headers and path (a proxy in front of it sends the absolute URL).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,7 +23,9 @@ from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.cases.load import load_cases
 
 
+@functools.lru_cache(maxsize=1)
 def _gold() -> list[tuple[str, str, dict[str, Any]]]:
+    """The fixture cases' requests and gold calls (read once: 0.4 s a read, a request's time budget in tests)."""
     cases = load_cases(fixture_paths()["cases"])
     return [(c.prompt, c.gold_tool_name or "", c.gold_arguments or {}) for c in cases if c.gold_tool_name]
 
@@ -31,7 +37,8 @@ class Fake:
     plan: Callable[[int, dict[str, Any]], str | None] = lambda n, body: None
     """Returns None (answer normally) or one of: ``"down"`` (the whole server answers 503 from now on),
     ``"500"`` / ``"503"`` / ``"400"`` (that status, the server otherwise healthy), ``"slow"`` (answers after 2.5 s),
-    ``"garbage"``
+    ``"leak500"`` (500 quoting the request's key and gateway header), ``"revoke"`` (403, the key withdrawn),
+    ``"status:CODE[:RETRY-AFTER]"``, ``"garbage"``
     (a body that is not JSON), ``"nochoices"`` (JSON without choices), ``"cut"`` (half a call, finish_reason
     length), ``"echo"`` (the call followed by the first stop string), ``"tool_calls"``, ``"bad_args"``."""
     models: list[dict[str, Any]] = field(default_factory=lambda: [{"id": "fake-base", "object": "model"},
@@ -41,12 +48,41 @@ class Fake:
     """Request text → a recorded (status, body) of a real server, answered for a request that contains it."""
     down: bool = False
     """Set by a ``"down"`` answer: every request (``/v1/models`` too) gets 503 until cleared."""
+    keys: set[str] = field(default_factory=set)
+    """Accepted API keys: when any, a request (``/v1/models`` too) without ``Authorization: Bearer KEY`` of one
+    of them gets 401 (the body echoes the header it got, as some gateways do)."""
+    bucket: TokenBucket | None = None
+    """A rate limit on generation requests: past it, 429 with ``Retry-After`` (whole seconds)."""
+    seen: list[tuple[float, str, str, dict[str, str]]] = field(default_factory=list)
+    """Every request as it arrived: (time, method, path as sent, headers)."""
+    refused: int = 0
+    """Generation requests answered 429 by the bucket."""
+    answered_at: list[tuple[float, str]] = field(default_factory=list)
+    """(time, model) of every generation request past the key and the rate limit."""
+    answered_with: list[tuple[int, str | None]] = field(default_factory=list)
+    """The ``status:`` plans answered: (status, Retry-After)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def answer(self, body: dict[str, Any]) -> tuple[int, bytes]:
+    def gate(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]] | None:
+        """What every request gets before its route: None (go on) or a refusal (status, body, headers)."""
+        with self.lock:
+            self.seen.append((time.monotonic(), method, path, headers))
+        got = headers.get("authorization", "")
+        if self.keys and got not in {f"Bearer {k}" for k in self.keys}:
+            return 401, json.dumps({"error": {"message": f"invalid key: got {got!r}"}}).encode(), {}
+        if method == "POST" and self.bucket is not None:
+            wait = self.bucket.take()
+            if wait:
+                with self.lock:
+                    self.refused += 1
+                return 429, b'{"error": {"message": "rate limited"}}', {"Retry-After": str(max(1, math.ceil(wait)))}
+        return None
+
+    def answer(self, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[Any, ...]:
         with self.lock:
             n = len(self.requests)
             self.requests.append(body)
+            self.answered_at.append((time.monotonic(), str(body.get("model"))))
         what = self.plan(n, body)
         if what == "down":
             self.down = True
@@ -57,6 +93,16 @@ class Fake:
                 return recorded
         if what in ("500", "503", "400"):
             return int(what), b'{"error": {"message": "on purpose"}}'
+        if what == "leak500":  # a healthy server's 500 that quotes the request's secrets back
+            quoted = {k: v for k, v in (headers or {}).items() if k in ("authorization", "x-gateway-token")}
+            return 500, json.dumps({"error": {"message": f"cannot parse; request had {quoted}"}}).encode()
+        if what == "revoke":  # the key is withdrawn: this request and every later one are refused
+            self.keys = {"revoked-" + str(time.monotonic())}
+            return 403, b'{"error": {"message": "forbidden"}}'
+        if what and what.startswith("status:"):  # "status:CODE" or "status:CODE:RETRY-AFTER"
+            _, code, *after = what.split(":", 2)
+            self.answered_with.append((int(code), after[0] if after else None))
+            return int(code), b'{"error": {"message": "later"}}', ({"Retry-After": after[0]} if after else {})
         if what == "slow":  # past the client's timeout; the client gives up and asks again
             time.sleep(2.5)
         if what == "garbage":
@@ -92,6 +138,26 @@ class Fake:
         return {"name": "unknown_tool", "arguments": {}}
 
 
+class TokenBucket:
+    """``rate`` requests a second, ``capacity`` at once (thread-safe)."""
+
+    def __init__(self, rate: float, capacity: int) -> None:
+        self.rate, self.capacity = float(rate), float(capacity)
+        self.tokens, self.at = float(capacity), time.monotonic()
+        self.lock = threading.Lock()
+
+    def take(self) -> float:
+        """0 when a request may go now (a token taken), else the seconds until the next token."""
+        with self.lock:
+            now = time.monotonic()
+            self.tokens = min(self.capacity, self.tokens + (now - self.at) * self.rate)
+            self.at = now
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return 0.0
+            return (1 - self.tokens) / self.rate
+
+
 def recorded_replay(path: str) -> dict[str, tuple[int, bytes]]:
     """A file written by bench/record_served_tool_calls.py → :attr:`Fake.replay` (keyed by each case's request)."""
     from lm_eval_toolfid.cases.bundled import default_cases_path
@@ -112,14 +178,25 @@ def serve(fake: Fake) -> tuple[str, Callable[[], None]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-        def _send(self, status: int, payload: bytes) -> None:
+        def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
 
+        def _refused(self, method: str) -> bool:
+            refusal = fake.gate(method, self.path, {k.lower(): v for k, v in self.headers.items()})
+            if refusal is not None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self._send(*refusal)
+            return refusal is not None
+
         def do_GET(self) -> None:  # noqa: N802
+            if self._refused("GET"):
+                return
             if fake.down:
                 self._send(503, b"{}")
             elif self.path.rstrip("/").endswith("/models"):
@@ -128,9 +205,11 @@ def serve(fake: Fake) -> tuple[str, Callable[[], None]]:
                 self._send(404, b"{}")
 
         def do_POST(self) -> None:  # noqa: N802
+            if self._refused("POST"):
+                return
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
-            self._send(*fake.answer(body))
+            self._send(*fake.answer(body, {k.lower(): v for k, v in self.headers.items()}))
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -39,10 +39,51 @@ def _use_toolfid_model(argv: list[str]) -> list[str]:
     return out
 
 
+KEY_VARIABLE = "TOOLFID_MODEL_ARGS_API_KEY"
+
+
+def _hide_api_key(argv: list[str]) -> list[str]:
+    """``api_key=KEY`` in ``--model_args`` becomes ``api_key_env=TOOLFID_MODEL_ARGS_API_KEY`` (set to KEY in this
+    process): lm-eval records its model args in results and task metadata, and a key must not reach a file."""
+    import json
+    import os
+
+    out = list(argv)
+    if not any(a == "toolfid-server" or a.endswith("=toolfid-server") for a in out):
+        return out  # only toolfid-server reads api_key_env=
+    for i, arg in enumerate(out):
+        flag, eq, inline = arg.partition("=")
+        if arg in ("--model_args", "--model-args") and i + 1 < len(out):
+            where, text = i + 1, out[i + 1]
+        elif eq and flag in ("--model_args", "--model-args"):
+            where, text = i, inline
+        else:
+            continue
+        if text.lstrip().startswith("{"):
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(parsed, dict) and parsed.get("api_key"):
+                os.environ[KEY_VARIABLE] = str(parsed.pop("api_key"))
+                parsed["api_key_env"] = KEY_VARIABLE
+                text = json.dumps(parsed)
+        else:
+            parts = text.split(",")
+            for j, part in enumerate(parts):
+                name, _, value = part.partition("=")
+                if name.strip() == "api_key" and value:
+                    os.environ[KEY_VARIABLE] = value
+                    parts[j] = f"api_key_env={KEY_VARIABLE}"
+            text = ",".join(parts)
+        out[where] = text if where != i else f"{flag}={text}"
+    return out
+
+
 def cmd_lm_eval(args: argparse.Namespace) -> int:
     from lm_eval.__main__ import cli_evaluate
 
-    argv = _use_toolfid_model(list(args.lm_eval_args))
+    argv = _hide_api_key(_use_toolfid_model(list(args.lm_eval_args)))
     _check_model_args(argv)
     if "--include_path" not in argv and "--include-path" not in argv:
         argv += ["--include_path", str(tasks_path())]
@@ -53,7 +94,7 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
         code = exc.code
         if isinstance(code, str):
             print(code, file=sys.stderr)
-            return 4
+            return int(getattr(exc, "toolfid_exit_code", 4))  # the task's one-line error and its code
         return int(code or 0)
     return 0
 

@@ -88,7 +88,9 @@ def verification_note(rows: list[Any]) -> str:
 
 
 def _resume_hint(args: argparse.Namespace, out: Path) -> str:
-    argv = list(getattr(args, "argv", []) or [])
+    from lm_eval_toolfid.cli.served_options import redact_argv
+
+    argv = redact_argv(getattr(args, "argv", []) or [])  # served: --header values never printed
     if "--output" not in argv and "--out" not in argv:
         argv += ["--output", str(out)]
     if "--resume" not in argv:
@@ -122,7 +124,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan = _plan(args, adapters, out, metadata)
     progress = Progress(plan.progress_labels(), live=False if args.verbose else None)
     from lm_eval_toolfid.run.runner import run_plan
-    from lm_eval_toolfid.serving.client import ServerError
+    from lm_eval_toolfid.serving.client import ServerAuthError, ServerError
 
     try:
         base_view, adapter_views = run_plan(plan, progress=progress)  # the session the plan's models call for
@@ -132,6 +134,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"error: {exc}"
         print(f"\ntoolfid: {why}; finished views kept in {out}/ ({', '.join(saved) or 'none yet'}). "
               f"Resume with: {_resume_hint(args, out)}", file=sys.stderr)
+        if isinstance(exc, ServerAuthError):  # served: a refused key (401/403), exit 7
+            return exc.exit_code
         return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_SERVER
     return _finish(args, out, base_view, adapter_views)
 
@@ -143,9 +147,11 @@ def _plan(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadat
             if value:
                 raise ToolfidError(f"{flag} does not apply to --server (the server loads the models; calibrate in "
                                    "process with toolfid calibrate)")
+        from lm_eval_toolfid.cli.served_options import connection_from_args
+
         models: ModelOptions | ServedOptions = ServedOptions(
-            server=args.server, api=args.api, concurrency=args.concurrency, tokenizer=args.tokenizer,
-            timeout=args.timeout, max_retries=args.max_retries)
+            server=args.server, api=args.api, tokenizer=args.tokenizer,
+            connection=connection_from_args(args))  # key, headers, rate limits, concurrency, timeouts
     else:
         models = ModelOptions(batch_size=args.batch_size, device=args.device, dtype=args.dtype)
     calibration = None
@@ -286,4 +292,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     served.add_argument("--max-retries", dest="max_retries", type=int, default=3, metavar="N",
                         help="retries of a request the server fails (5xx, 429, timeouts, refused connections; "
                              "default 3); then the view stops, its answers kept for --resume (exit 6)")
+    from lm_eval_toolfid.cli.served_options import add_served_auth_options
+
+    add_served_auth_options(served)  # served: --api-key-env, --header, --retry-after-max, --rate-limit-wait
     p.set_defaults(func=cmd_run)

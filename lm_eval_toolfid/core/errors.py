@@ -13,6 +13,8 @@ Exit codes of ``toolfid`` (1 and 2 belong to the verdict gate):
 5     internal error (a bug): one line, ``--debug`` shows the traceback
 6     the model server failed past its retries (``toolfid run --server``): finished views and the answers of the
       stopped view are kept; ``--resume`` continues
+7     the model server refused the key (HTTP 401/403; ``toolfid run --server``, ``toolfid lm-eval --model
+      toolfid-server``): set ``OPENAI_API_KEY`` or ``--api-key-env NAME``; finished views are kept
 130   interrupted (Ctrl-C)
 141   the reader of the output went away (``toolfid ... | head``); nothing more is printed
 ====  ==========================================================
@@ -31,6 +33,7 @@ EXIT_STOP_CHECK = 3
 EXIT_USER_ERROR = EXIT_INPUT = 4
 EXIT_INTERNAL_ERROR = EXIT_INTERNAL = 5
 EXIT_SERVER = 6
+EXIT_SERVER_AUTH = 7
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: the process reading our output closed it (``| head``)."""
@@ -38,6 +41,9 @@ EXIT_BROKEN_PIPE = 141
 
 class ToolfidError(Exception):
     """A problem with the user's input or environment, explained in one line."""
+
+    exit_code = EXIT_USER_ERROR
+    """What :func:`guard` exits with (4; a subclass may name another documented code)."""
 
 
 def one_line(text: str, limit: int = 1000) -> str:
@@ -49,7 +55,8 @@ def one_line(text: str, limit: int = 1000) -> str:
 def guard(func: Callable[..., int | None], *args: Any, debug: bool = False) -> int:
     """Run a CLI command; turn what it raises into a one-line message and an exit code.
 
-    ``ToolfidError`` → ``toolfid: error: <msg>``, exit 4; ``KeyboardInterrupt`` → exit 130;
+    ``ToolfidError`` → ``toolfid: error: <msg>``, exit 4 (or the subclass's ``exit_code``);
+    ``KeyboardInterrupt`` → exit 130;
     anything else → ``toolfid: internal error: <Type>: <msg> (rerun with --debug ...)``, exit 5.
     With ``debug=True`` exceptions propagate (full traceback). ``SystemExit`` always passes through.
     """
@@ -68,7 +75,7 @@ def guard(func: Callable[..., int | None], *args: Any, debug: bool = False) -> i
             raise
         if isinstance(exc, ToolfidError):
             print(f"toolfid: error: {one_line(str(exc))}", file=sys.stderr)
-            return EXIT_USER_ERROR
+            return int(exc.exit_code)
         if isinstance(exc, KeyboardInterrupt):
             print("toolfid: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED

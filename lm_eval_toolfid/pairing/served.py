@@ -9,7 +9,9 @@ the server (scheme, host, port), the served base model name, what the server's `
 about it (``root``, ``parent``, ``max_model_len`` where given; never the volatile ``created``/``status``),
 a content fingerprint where the name is a local folder (``transformers serve`` loads models by path),
 the tokenizer the prompts were rendered with (its fingerprint), and the model args that shape the
-request. Pairing stays as strict as for ``hf``: a restarted server on another port, another model
+request — never the key, the headers or other transport settings. The ``/v1/models`` listing is asked for by
+the serving layer (:func:`lm_eval_toolfid.serving.client.list_models`, with the key) and passed in as data.
+Pairing stays as strict as for ``hf``: a restarted server on another port, another model
 behind the same name (a different ``root``) or another tokenizer is another base.
 """
 
@@ -17,9 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +41,10 @@ SERVER_KEYS_NOT_IDENTITY = {
     "num_concurrent", "max_retries", "timeout", "batch_size", "verify_certificate", "ca_cert_path", "auth_token",
     "api_key", "header", "journal", "base_url", "model", "pretrained", "tokenizer", "tokenizer_backend", "max_length",
     "seed", "eos_string", "trust_remote_code", "use_fast_tokenizer", "revision", "tokenized_requests", "api", "resume",
+    "api_key_env", "headers", "connection", "retry_after_max", "rate_limit_wait",
 }
-"""Served model args that are transport, secrets or handled on their own (never copied into an identity)."""
+"""Served model args that are transport, secrets or handled on their own (never copied into an identity): two
+runs against one server with different keys, headers or rate limits pair."""
 
 CARD_KEYS = ("root", "parent", "max_model_len")
 """What a ``/v1/models`` entry says about the model behind a name (vLLM: ``root`` the weights' path or id,
@@ -73,30 +75,6 @@ def api_root(base_url: str) -> str:
     if not path.endswith("/v1"):
         path = path + "/v1"
     return f"{server_origin(base_url)}{path}"
-
-
-def list_models(base_url: str, timeout: float = 10.0, headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """The server's ``/v1/models`` entries; one-line :class:`ToolfidError` when it cannot be reached or answers
-    something else than the OpenAI list shape."""
-    url = api_root(base_url) + "/models"
-    request = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the user's server
-            body = response.read()
-    except urllib.error.HTTPError as exc:
-        raise ToolfidError(f"server {url} answered HTTP {exc.code} ({exc.reason})") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ToolfidError(f"server {server_origin(base_url)} is not reachable ({reason}); start it first "
-                           "(see README: Served models)") from None
-    try:
-        data = json.loads(body)
-        entries = data["data"]
-        if not isinstance(entries, list):
-            raise TypeError
-    except (ValueError, KeyError, TypeError):
-        raise ToolfidError(f"server {url} did not answer an OpenAI model list ({body[:80]!r})") from None
-    return [e for e in entries if isinstance(e, dict)]
 
 
 def model_card(listing: list[dict[str, Any]], name: str) -> dict[str, Any] | None:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Union
 
+from lm_eval_toolfid.serving.connection import Connection
+
 if TYPE_CHECKING:
     from lm_eval_toolfid.run.calibrate import CalibrationStage
 
@@ -29,16 +31,15 @@ class ServedOptions:
 
     server: str
     api: str = "completions"
-    concurrency: int = 8
     tokenizer: str | None = None
-    timeout: float = 300.0
-    max_retries: int = 3
+    connection: Connection = field(default_factory=Connection)
+    """How requests are sent: key, headers, timeouts, retries, rate-limit waits, concurrency (secrets never shown)."""
 
     def model_args(self) -> dict[str, Any]:
         return {"base_url": self.server, "api": self.api, **({"tokenizer": self.tokenizer} if self.tokenizer else {})}
 
     def request_options(self) -> dict[str, Any]:
-        return {"num_concurrent": self.concurrency, "timeout": self.timeout, "max_retries": self.max_retries}
+        return {"connection": self.connection}
 
 
 Models = Union[ModelOptions, ServedOptions]

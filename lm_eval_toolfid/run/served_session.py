@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.pairing.served import list_models, model_card
+from lm_eval_toolfid.pairing.served import model_card
 from lm_eval_toolfid.reporting.view_store import ViewResult
 from lm_eval_toolfid.run.plan import RunPlan, ServedOptions, View
+from lm_eval_toolfid.serving.client import list_models
 from lm_eval_toolfid.run.session import evaluate_view
 
 
@@ -25,9 +26,10 @@ class ServedSession:
     :class:`~lm_eval_toolfid.run.runner.ViewSession`."""
 
     def __init__(self, base: str, options: ServedOptions, progress: Any = None, verbose: bool = True) -> None:
-        if options.concurrency < 1:
+        if options.connection.concurrency < 1:
             raise ToolfidError("--concurrency must be at least 1")
-        self.listing = list_models(options.server)  # a server that is down fails here, in one line
+        # key, headers, rate limits: one Connection, never in model args or manifests
+        self.listing = list_models(options.server, options.connection)  # a server that is down fails here
         self.base, self.options = base, options
         self.progress, self.verbose = progress, verbose
 

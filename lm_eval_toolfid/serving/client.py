@@ -1,8 +1,13 @@
 """A client for OpenAI-compatible servers (``/v1/completions``, ``/v1/chat/completions`` with ``tools=``).
 
-Greedy requests (``temperature 0``), N in flight, bounded retries on what a busy or restarting server
-answers (connection refused or reset, timeouts, HTTP 429 and 5xx, a body that is not the OpenAI shape),
-then :class:`ServerError`: the view stops. Each answer is appended to a journal as it arrives (one JSON
+Greedy requests (``temperature 0``), N in flight, sent with ``httpx2`` (the key, headers, timeouts, proxies and
+certificates of a :class:`~lm_eval_toolfid.serving.connection.Connection`). Bounded retries on what a failing or
+restarting server answers (connection refused or reset, timeouts, HTTP 5xx, a body that is not the OpenAI shape),
+then :class:`ServerError`: the view stops. A server that refuses for now (429, 503 with ``Retry-After``) is asked
+again after the wait it names (capped), with fewer requests in flight (:mod:`~lm_eval_toolfid.serving.pacing`);
+one that refuses the key (401/403) stops the view at once (:class:`ServerAuthError`, exit 7).
+
+Each answer is appended to a journal as it arrives (one JSON
 line, keyed by the request), so a stopped view resumes with only the requests it has not answered.
 
 What comes back is turned into the text the scorer reads, and its shape is recorded: ``text`` (the
@@ -19,23 +24,31 @@ import json
 import logging
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lm_eval_toolfid.core.errors import ToolfidError, one_line
+from lm_eval_toolfid.core.errors import EXIT_SERVER_AUTH, ToolfidError, one_line
 from lm_eval_toolfid.pairing.served import api_root, server_origin
+from lm_eval_toolfid.serving.connection import Connection, Secret
+from lm_eval_toolfid.serving.pacing import AdaptiveLimit, pause, retry_after_seconds
 
 log = logging.getLogger("lm_eval.toolfid")
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+REFUSAL_STATUS = {429, 503}
+"""A server that is busy or rate-limits: its ``Retry-After`` is honoured and fewer requests are sent at once."""
 
 
 class ServerError(ToolfidError):
     """The server failed a request past its retries (or refused it): the view stops; answered requests are kept."""
+
+
+class ServerAuthError(ServerError):
+    """The server refused the key (HTTP 401/403): one line saying what to do, exit 7; finished views are kept."""
+
+    exit_code = EXIT_SERVER_AUTH
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,8 @@ class ServedAnswer:
     """Completion tokens the server reports (``usage``), 0 when it does not."""
     error: str | None = None
     """``server_error``: what the server answered every time (the text is empty and scores as no call)."""
+    refused: int = 0
+    """Times the server refused this request (429, 503 with ``Retry-After``) and it was asked again after the wait."""
 
 
 def _calls_text(tool_calls: list[Any]) -> tuple[str, str | None]:
@@ -128,16 +143,36 @@ class Journal:
 
 
 class ServerClient:
-    """Requests to one served model."""
+    """Requests to one served model, through one ``httpx2`` client (see :mod:`lm_eval_toolfid.serving.connection`)."""
 
     def __init__(self, base_url: str, model: str, api: str = "completions", timeout: float = 300.0,
-                 max_retries: int = 3, headers: dict[str, str] | None = None, backoff: float = 0.5) -> None:
+                 max_retries: int = 3, headers: dict[str, str] | None = None, backoff: float = 0.5,
+                 connection: Connection | None = None) -> None:
         if api not in ("completions", "chat"):
             raise ToolfidError(f"api must be completions or chat, not {api!r}")
         self.root, self.model, self.api = api_root(base_url), model, api
         self.origin = server_origin(base_url)
-        self.timeout, self.max_retries, self.backoff = float(timeout), int(max_retries), float(backoff)
-        self.headers = {"Content-Type": "application/json", **(headers or {})}
+        if connection is None:
+            extra = tuple((k, Secret(v)) for k, v in (headers or {}).items())
+            connection = Connection(timeout=float(timeout), max_retries=int(max_retries), backoff=float(backoff),
+                                    headers=extra)
+        self.connection = connection
+        self.timeout, self.max_retries, self.backoff = connection.timeout, connection.max_retries, connection.backoff
+        self._http: Any = None
+        self._http_lock = threading.Lock()
+
+    @property
+    def http(self) -> Any:
+        with self._http_lock:
+            if self._http is None or self._http.is_closed:
+                self._http = self.connection.http_client()
+            return self._http
+
+    def close(self) -> None:
+        with self._http_lock:
+            if self._http is not None:
+                self._http.close()
+                self._http = None
 
     def payload(self, prompt: Any, max_tokens: int, stop: Sequence[str]) -> dict[str, Any]:
         body: dict[str, Any] = {"max_tokens": int(max_tokens), "temperature": 0, "top_p": 1}
@@ -151,78 +186,163 @@ class ServerClient:
             body["prompt"] = prompt
         return body
 
-    def ask(self, payload: dict[str, Any]) -> ServedAnswer:
+    def _detail(self, response: Any) -> str:
+        try:
+            text = response.content[:200].decode("utf-8", "replace")
+        except Exception:  # noqa: BLE001 - a body that cannot be read says nothing more
+            text = ""
+        return self.connection.redact(one_line(text))
+
+    def ask(self, payload: dict[str, Any], limit: AdaptiveLimit | None = None,
+            cancel: threading.Event | None = None) -> ServedAnswer:
+        """One request, retried: failures (5xx, timeouts, refused connections, a malformed body) up to
+        ``max_retries`` times with backoff; refusals (429, or 503 with ``Retry-After``) after the wait the server
+        asks for (at most ``retry_after_max``), up to ``rate_limit_wait`` in all; 401/403 at once."""
+        import httpx2
+
+        conn = self.connection
         url = f"{self.root}/{'chat/completions' if self.api == 'chat' else 'completions'}"
         data = json.dumps({"model": self.model, **payload}, ensure_ascii=False).encode()
-        last, status = "", None
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                time.sleep(min(self.backoff * 2 ** (attempt - 1), 8.0))
-            try:
-                request = urllib.request.Request(url, data=data, headers=self.headers, method="POST")
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
-                    raw = response.read()
-            except urllib.error.HTTPError as exc:
-                detail = one_line(exc.read()[:200].decode("utf-8", "replace")) if exc.fp else ""
-                last, status = f"HTTP {exc.code} {detail}".strip(), exc.code
-                if exc.code in RETRY_STATUS:
-                    continue
-                raise ServerError(f"server {self.origin} refused a request for {self.model!r}: {last}") from None
-            except (urllib.error.URLError, OSError) as exc:  # refused, reset, timed out
-                last, status = one_line(str(getattr(exc, "reason", exc))), None
-                continue
-            try:
-                answer = answer_of(json.loads(raw), self.api)
-            except ValueError as exc:
-                last = f"malformed response: {one_line(str(exc))[:160]}"
-                continue
-            return ServedAnswer(answer.text, answer.shape, answer.finish_reason, answer.parser_error, attempt,
-                                answer.tokens)
+        limit = limit or AdaptiveLimit(1)
+        last, status, asked, failures, refusals, first_refusal = "", None, 0, 0, 0, 0.0
+        while True:
+            response = None
+            with limit.slot() as sent_in:
+                asked += 1
+                try:
+                    response = self.http.post(url, content=data)
+                except httpx2.HTTPError as exc:  # refused, reset, timed out
+                    last, status = conn.redact(one_line(str(exc) or type(exc).__name__)), None
+            if response is not None:
+                status = response.status_code
+                if 200 <= status < 300:
+                    try:
+                        answer = answer_of(response.json(), self.api)
+                    except ValueError as exc:
+                        last, status = f"malformed response: {conn.redact(one_line(str(exc)))[:160]}", None
+                    else:
+                        limit.answered()
+                        return ServedAnswer(answer.text, answer.shape, answer.finish_reason, answer.parser_error,
+                                            asked - 1, answer.tokens, refused=refusals)
+                elif status in (401, 403):
+                    raise ServerAuthError(f"the server refused the request: HTTP {status}; {conn.key_hint()} "
+                                          f"({self.origin}, model {self.model!r}: {self._detail(response)})")
+                else:
+                    last = f"HTTP {status} {self._detail(response)}".strip()
+                    told = retry_after_seconds(response.headers.get("retry-after"))
+                    if status in REFUSAL_STATUS:
+                        limit.refused(sent_in, status)
+                    if status == 429 or (status in REFUSAL_STATUS and told is not None):
+                        wait = max(0.05, min(told if told is not None else self.backoff * 2 ** min(refusals, 4),
+                                             conn.retry_after_max))
+                        first_refusal = first_refusal or time.monotonic()
+                        if time.monotonic() + wait - first_refusal > conn.rate_limit_wait:
+                            raise ServerError(f"server {self.origin} kept refusing a request for {self.model!r} "
+                                              f"for {time.monotonic() - first_refusal:.0f} s (rate_limit_wait "
+                                              f"{conn.rate_limit_wait:g} s; last: {last})")
+                        refusals += 1
+                        limit.hold(wait)
+                        if pause(wait, cancel):
+                            raise ServerError("cancelled: the view is stopping")
+                        continue
+                    if status not in RETRY_STATUS:
+                        raise ServerError(f"server {self.origin} refused a request for {self.model!r}: {last}")
+            failures += 1
+            if failures > self.max_retries:
+                break
+            if pause(min(self.backoff * 2 ** (failures - 1), 8.0), cancel):
+                raise ServerError("cancelled: the view is stopping")
         if status is not None and status >= 500 and self.healthy():
             # the server is up and answers others: this request's answer is what it cannot produce (the model's
             # output broke its parser); recorded and scored as no call, counted per view
-            return ServedAnswer("", "server_error", None, None, self.max_retries, 0, last[:300])
-        raise ServerError(f"server {self.origin} failed a request for {self.model!r} {self.max_retries + 1} times "
+            return ServedAnswer("", "server_error", None, None, asked - 1, 0, last[:300], refused=refusals)
+        raise ServerError(f"server {self.origin} failed a request for {self.model!r} {failures} times "
                           f"(last: {last})")
 
     def healthy(self) -> bool:
         """The server answers ``/v1/models``."""
+        import httpx2
+
         try:
-            with urllib.request.urlopen(f"{self.root}/models", timeout=min(self.timeout, 10.0)) as response:  # noqa: S310
-                return response.status == 200
-        except (urllib.error.URLError, OSError):
+            return self.http.get(f"{self.root}/models", timeout=min(self.timeout, 10.0)).status_code == 200
+        except httpx2.HTTPError:
             return False
 
 
-def ask_all(client: ServerClient, payloads: list[dict[str, Any]], journal: Journal, concurrency: int = 8,
+def list_models(base_url: str, connection: Connection | None = None) -> list[dict[str, Any]]:
+    """The server's ``/v1/models`` entries (asked with the connection's key and headers); one-line
+    :class:`ToolfidError` when it cannot be reached or answers something else than the OpenAI list shape,
+    :class:`ServerAuthError` when it refuses the key."""
+    import httpx2
+
+    conn = connection or Connection(timeout=10.0)
+    url = api_root(base_url) + "/models"
+    try:
+        with conn.with_options(timeout=min(conn.timeout, 10.0)).http_client() as http:
+            for attempt in range(4):  # a rate-limited endpoint may refuse the lookup too: wait as it says
+                response = http.get(url)
+                told = retry_after_seconds(response.headers.get("retry-after"))
+                if response.status_code not in REFUSAL_STATUS or attempt == 3 or (
+                        response.status_code == 503 and told is None):
+                    break
+                pause(min(told if told is not None else 2.0 ** attempt, conn.retry_after_max), None)
+    except httpx2.HTTPError as exc:
+        reason = conn.redact(one_line(str(exc) or type(exc).__name__))
+        raise ToolfidError(f"server {server_origin(base_url)} is not reachable ({reason}); start it first "
+                           "(see README: Served models)") from None
+    if response.status_code in (401, 403):
+        raise ServerAuthError(f"the server refused the request: HTTP {response.status_code}; {conn.key_hint()} "
+                              f"({url})")
+    if response.status_code != 200:
+        raise ToolfidError(f"server {url} answered HTTP {response.status_code} ({response.reason_phrase})")
+    body = response.content
+    try:
+        data = json.loads(body)
+        entries = data["data"]
+        if not isinstance(entries, list):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        raise ToolfidError(f"server {url} did not answer an OpenAI model list "
+                           f"({conn.redact(repr(body[:80]))})") from None
+    return [e for e in entries if isinstance(e, dict)]
+
+
+def ask_all(client: ServerClient, payloads: list[dict[str, Any]], journal: Journal, concurrency: int | None = None,
             on_answer: Callable[[int, ServedAnswer], None] | None = None) -> list[ServedAnswer]:
-    """Every payload answered (journal first), ``concurrency`` in flight; on a :class:`ServerError` the requests
-    in flight finish, their answers are journaled, and the error is raised."""
+    """Every payload answered (journal first), at most ``concurrency`` in flight (the connection's by default;
+    fewer while the server refuses); on a :class:`ServerError` the requests in flight finish, their answers are
+    journaled, and the error is raised."""
     keys = [request_key(client.model, client.api, p) for p in payloads]
     out: list[ServedAnswer | None] = [journal.done.get(k) for k in keys]
     todo = [i for i, a in enumerate(out) if a is None]
     failure: list[ServerError] = []
     stop = threading.Event()
+    width = max(1, int(concurrency if concurrency is not None else client.connection.concurrency))
+    limit = AdaptiveLimit(width)
 
     def one(i: int) -> None:
         if stop.is_set():
             return
         try:
-            answer = client.ask(payloads[i])
+            answer = client.ask(payloads[i], limit, stop)
         except ServerError as exc:
-            failure.append(exc)
-            stop.set()
+            if not stop.is_set():
+                failure.append(exc)
+                stop.set()
             return
         out[i] = answer
         journal.add(keys[i], answer)
         if on_answer is not None:
             on_answer(i, answer)
 
-    with ThreadPoolExecutor(max_workers=max(1, int(concurrency))) as pool:
+    with ThreadPoolExecutor(max_workers=width) as pool:
         for future in [pool.submit(one, i) for i in todo]:
             future.result()
+    if limit.lowest < width:
+        log.warning("tool_use_fidelity: the server refused requests (rate limits): %d in flight at the lowest, "
+                    "%d asked for", limit.lowest, width)
     if failure:
         kept = sum(a is not None for a in out)
         where = f"; {kept} answers kept in {journal.path}" if journal.path is not None else ""
-        raise ServerError(f"{failure[0]}{where}")
+        raise type(failure[0])(f"{failure[0]}{where}")
     return [a for a in out if a is not None]

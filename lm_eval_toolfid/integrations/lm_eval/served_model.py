@@ -4,10 +4,14 @@
 Model args: ``base_url`` (the server: root, ``/v1`` or an endpoint), ``model`` (the served name),
 ``api`` (``completions``: the prompt text the task renders, as in-process; ``chat``: the conversation and
 the case's ``tools=`` to ``/v1/chat/completions``, scored from what the server returns, structured
-``tool_calls`` or text), ``num_concurrent`` (requests in flight, default 8), ``timeout`` (seconds per
-request), ``max_retries``, ``journal`` (a file the answers are appended to as they arrive; a rerun of the
-same view asks only the rest), ``tokenizer`` (where the prompts' tokenizer comes from, for the chat style's
-local rendering and the run's identity). Adapter runs name their base with task metadata ``base_model``.
+``tool_calls`` or text), ``num_concurrent`` (requests in flight, default 8; fewer while the server refuses),
+``timeout`` (seconds per request), ``max_retries``, ``retry_after_max`` (the longest ``Retry-After`` honoured,
+seconds), ``rate_limit_wait`` (how long one request may keep being refused), the key as lm-eval's API models
+take it (``OPENAI_API_KEY`` when set; ``api_key_env=NAME`` another variable; ``api_key=`` the key itself, which
+``toolfid lm-eval`` moves out of the model args lm-eval records), ``journal`` (a file the answers are appended
+to as they arrive; a rerun of the same view asks only the rest), ``tokenizer`` (where the prompts' tokenizer
+comes from, for the chat style's local rendering and the run's identity). Adapter runs name their base with
+task metadata ``base_model``.
 
 Registered when this module is imported (``toolfid lm-eval`` and ``toolfid run --server`` do).
 """
@@ -24,6 +28,7 @@ from lm_eval.api.registry import register_model
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.integrations.lm_eval.hints import hints_of
 from lm_eval_toolfid.serving.client import Journal, ServedAnswer, ServerClient, ask_all
+from lm_eval_toolfid.serving.connection import Connection, connection_from_model_args, remember
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -37,15 +42,23 @@ class ToolfidServerLM(LM):
     def __init__(self, model: str | None = None, base_url: str | None = None, api: str = "completions",
                  num_concurrent: int | str = 8, timeout: float | str = 300, max_retries: int | str = 3,
                  journal: str | None = None, resume: bool | str = True, tokenizer: str | None = None,
-                 pretrained: str | None = None, **kwargs: Any) -> None:
+                 pretrained: str | None = None, api_key: str | None = None, api_key_env: str | None = None,
+                 header: Any = None, retry_after_max: float | str = 60.0, rate_limit_wait: float | str = 600.0,
+                 connection: Connection | None = None, **kwargs: Any) -> None:
         super().__init__()
         name = model or pretrained
         if not base_url or not name:
             raise ToolfidError("toolfid-server needs base_url=URL and model=NAME in --model_args")
         self.model_name, self.base_url, self.api = str(name), str(base_url), str(api)
-        self.client = ServerClient(self.base_url, self.model_name, self.api, timeout=float(timeout),
-                                   max_retries=int(max_retries))
-        self.concurrency = int(num_concurrent)
+        if connection is None:  # lm_eval --model_args: the key as lm-eval's API models take it
+            connection = connection_from_model_args(
+                {"api_key": api_key, "api_key_env": api_key_env, "header": header},
+                concurrency=int(num_concurrent), timeout=float(timeout), max_retries=int(max_retries),
+                retry_after_max=float(retry_after_max), rate_limit_wait=float(rate_limit_wait))
+        self.connection = connection
+        remember(self.base_url, connection)  # the task's /v1/models lookup uses the same key and headers
+        self.client = ServerClient(self.base_url, self.model_name, self.api, connection=connection)
+        self.concurrency = connection.concurrency
         self.journal_path = journal
         self.resume = str(resume).lower() not in ("false", "0", "no")
         self.tokenizer_source = tokenizer
@@ -78,8 +91,11 @@ class ToolfidServerLM(LM):
         payloads = [self._payload(r) for r in requests]
         journal = Journal(self.journal_path, resume=self.resume)
         hook = self.answer_hook
-        answers = ask_all(self.client, payloads, journal, self.concurrency,
-                          on_answer=(lambda i, a: hook(a)) if hook is not None else None)
+        try:
+            answers = ask_all(self.client, payloads, journal, self.concurrency,
+                              on_answer=(lambda i, a: hook(a)) if hook is not None else None)
+        finally:
+            self.client.close()
         for request, answer in zip(requests, answers):
             request.toolfid_served = served_info(answer)
         return [a.text for a in answers]
@@ -95,14 +111,15 @@ class ToolfidServerLM(LM):
 def served_info(answer: ServedAnswer) -> dict[str, Any]:
     """What a served answer says about how it came back (per case; summed by :func:`summarize_served`)."""
     return {"shape": answer.shape, "finish_reason": answer.finish_reason, "parser_error": answer.parser_error,
-            "retries": answer.retries, "error": answer.error}
+            "retries": answer.retries, "error": answer.error, "refused": answer.refused}
 
 
 def summarize_served(infos: list[dict[str, Any] | None], echoed: int) -> dict[str, Any]:
     """Per view: which shape came back (``text`` / ``tool_calls`` / ``empty`` / ``server_error``), tool-call
-    arguments the scorer could not read as JSON, answers cut by ``max_tokens``, retried requests, requests a healthy
-    server failed every time (``server_errors``: scored as no call), and answers that carried the stop string (cut
-    off before scoring)."""
+    arguments the scorer could not read as JSON, answers cut by ``max_tokens``, retried requests, requests the
+    server refused for a while (``rate_limited``: 429/503, asked again after its ``Retry-After``), requests a
+    healthy server failed every time (``server_errors``: scored as no call), and answers that carried the stop
+    string (cut off before scoring)."""
     got = [i for i in infos if isinstance(i, dict)]
     out: dict[str, Any] = {"answers": len(got), "stop_string_echoed": echoed}
     if got:
@@ -110,6 +127,7 @@ def summarize_served(infos: list[dict[str, Any] | None], echoed: int) -> dict[st
         out["parser_errors"] = sum(1 for i in got if i.get("parser_error"))
         out["cut_by_max_tokens"] = sum(1 for i in got if i.get("finish_reason") == "length")
         out["retried"] = sum(1 for i in got if i.get("retries"))
+        out["rate_limited"] = sum(1 for i in got if i.get("refused"))
         first = next((i["parser_error"] for i in got if i.get("parser_error")), None)
         if first:
             out["parser_error_example"] = first

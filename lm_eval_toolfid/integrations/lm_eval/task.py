@@ -27,7 +27,7 @@ from lm_eval_toolfid.integrations.lm_eval.fidelity_run import FidelityRun
 from lm_eval_toolfid.integrations.lm_eval.hints import RequestHints, ViewHints, attach as attach_hints
 from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 from lm_eval_toolfid.pairing.identity import RunKey, base_identity, canonical, request_hash
-from lm_eval_toolfid.pairing.served import SERVED_BACKENDS, list_models, served_adapter, served_identity
+from lm_eval_toolfid.pairing.served import SERVED_BACKENDS, served_adapter, served_identity
 from lm_eval_toolfid.prompts.auto import AUTO
 from lm_eval_toolfid.prompts.chat import shipped_chat_template, template_sha
 from lm_eval_toolfid.prompts.history import conversation_text
@@ -35,6 +35,8 @@ from lm_eval_toolfid.prompts.plain import render_call
 from lm_eval_toolfid.prompts.prompter import Prompter
 from lm_eval_toolfid.integrations.lm_eval.generation_record import summarize_generation
 from lm_eval_toolfid.scoring.metrics import METRICS, case_items
+from lm_eval_toolfid.serving.client import list_models
+from lm_eval_toolfid.serving.connection import connection_for
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -69,8 +71,11 @@ def cut_at_until(text: str, until: Any) -> str:
 
 
 def _fail(exc: ToolfidError) -> SystemExit:
-    """Inside lm-eval a user error ends the run with one line, not a traceback."""
-    return SystemExit(f"tool_use_fidelity: {exc}")
+    """Inside lm-eval a user error ends the run with one line, not a traceback; ``toolfid lm-eval`` exits with the
+    error's own code (a refused key: 7)."""
+    out = SystemExit(f"tool_use_fidelity: {exc}")
+    out.toolfid_exit_code = exc.exit_code  # type: ignore[attr-defined]
+    return out
 
 
 def backend_name(model: Any) -> str:
@@ -338,7 +343,8 @@ class ToolUseFidelityTask(ConfigurableTask):
         """A served run's base identity (the server asked what it serves); an adapter run that names no base
         but is served as an adapter is refused here, in one line."""
         s = self.settings
-        listing = list_models(str(s.model_args["base_url"]))
+        base_url = str(s.model_args["base_url"])
+        listing = list_models(base_url, connection_for(base_url, s.model_args))  # the model's key and headers
         served_adapter(s.model_args, s.base_model, listing)
         if self.backend in ("local-chat-completions", "openai-chat-completions"):
             raise ToolfidError(f"lm-eval's {self.backend} sends no per-case tools= and wraps the prompt in messages: use "
