@@ -187,7 +187,9 @@ def test_a_token_bucket_endpoint_answers_every_case_with_concurrency_16(home: Pa
     for model in ("fake-base", "fake-ad"):
         times = [t for t, m in fake.answered_at if m == model]
         assert len(times) == cases and times[-1] - times[0] < 2 * ideal + 3.0, (model, times[-1] - times[0], ideal)
-    assert fake.refused < 2 * cases, fake.refused  # 16 in flight throughout would be refused ~11 times a second
+    # 16 in flight throughout would be refused ~11 times a second (~90 in the two views); stepping down keeps it near
+    # one refusal per answer at worst (measured 30-49 on a loaded 2-core machine)
+    assert fake.refused < 3 * cases, fake.refused
 
 
 def test_proxies_come_from_the_environment(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
