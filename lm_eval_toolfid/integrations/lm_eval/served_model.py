@@ -33,6 +33,10 @@ from lm_eval_toolfid.serving.connection import Connection, connection_from_model
 log = logging.getLogger("lm_eval.toolfid")
 
 DEFAULT_MAX_GEN_TOKS = 256
+CONNECTION_ARGS: dict[str, tuple[str, Any]] = {
+    "num_concurrent": ("concurrency", int), "timeout": ("timeout", float), "max_retries": ("max_retries", int),
+    "retry_after_max": ("retry_after_max", float), "rate_limit_wait": ("rate_limit_wait", float)}
+"""Model args of the connection: ``model_arg -> (Connection field, type)`` (defaults: the Connection's)."""
 
 
 @register_model("toolfid-server")
@@ -40,21 +44,20 @@ class ToolfidServerLM(LM):
     """The task's requests sent to a server, greedy, ``num_concurrent`` in flight."""
 
     def __init__(self, model: str | None = None, base_url: str | None = None, api: str = "completions",
-                 num_concurrent: int | str = 8, timeout: float | str = 300, max_retries: int | str = 3,
                  journal: str | None = None, resume: bool | str = True, tokenizer: str | None = None,
-                 pretrained: str | None = None, api_key: str | None = None, api_key_env: str | None = None,
-                 header: Any = None, retry_after_max: float | str = 60.0, rate_limit_wait: float | str = 600.0,
-                 connection: Connection | None = None, **kwargs: Any) -> None:
+                 connection: Connection | None = None, **model_args: Any) -> None:
+        """``connection`` (``toolfid run --server``), else the connection the model args describe
+        (:data:`CONNECTION_ARGS`, and ``api_key=``/``api_key_env=``/``header=`` as lm-eval's API models take them);
+        ``pretrained=`` names the model where ``model=`` is absent; other model args are ignored."""
         super().__init__()
-        name = model or pretrained
+        name = model or model_args.get("pretrained")
         if not base_url or not name:
             raise ToolfidError("toolfid-server needs base_url=URL and model=NAME in --model_args")
         self.model_name, self.base_url, self.api = str(name), str(base_url), str(api)
         if connection is None:  # lm_eval --model_args: the key as lm-eval's API models take it
-            connection = connection_from_model_args(
-                {"api_key": api_key, "api_key_env": api_key_env, "header": header},
-                concurrency=int(num_concurrent), timeout=float(timeout), max_retries=int(max_retries),
-                retry_after_max=float(retry_after_max), rate_limit_wait=float(rate_limit_wait))
+            settings = {field: cast(model_args[arg]) for arg, (field, cast) in CONNECTION_ARGS.items()
+                        if model_args.get(arg) is not None}
+            connection = connection_from_model_args(model_args, **settings)
         self.connection = connection
         remember(self.base_url, connection)  # the task's /v1/models lookup uses the same key and headers
         self.client = ServerClient(self.base_url, self.model_name, self.api, connection=connection)
