@@ -171,8 +171,9 @@ def recorded_replay(path: str) -> dict[str, tuple[int, bytes]]:
     return out
 
 
-def serve(fake: Fake) -> tuple[str, Callable[[], None]]:
-    """Start the endpoint on an ephemeral loopback port; returns its URL and a stop function."""
+def serve(fake: Fake, tls: tuple[str, str] | None = None) -> tuple[str, Callable[[], None]]:
+    """Start the endpoint on an ephemeral loopback port; returns its URL and a stop function. ``tls``:
+    (certificate file, key file): the endpoint speaks https."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: Any) -> None:
@@ -212,6 +213,12 @@ def serve(fake: Fake) -> tuple[str, Callable[[], None]]:
             self._send(*fake.answer(body, {k.lower(): v for k, v in self.headers.items()}))
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
 
@@ -219,4 +226,4 @@ def serve(fake: Fake) -> tuple[str, Callable[[], None]]:
         server.shutdown()
         server.server_close()
 
-    return f"http://127.0.0.1:{server.server_address[1]}", stop
+    return f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}", stop

@@ -210,6 +210,38 @@ def test_proxies_come_from_the_environment(home: Path, tmp_path: Path, monkeypat
     assert fake.seen and all(path.startswith(nowhere + "/v1/") for _, _, path, _ in fake.seen)
 
 
+def _self_signed(folder: Path) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 signed by itself (openssl, as on any Debian machine), and its key."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    return str(cert), str(key)
+
+
+def test_https_checks_the_servers_certificate_against_the_trusted_ones(home: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """An https endpoint with a certificate nobody trusts is refused in one line (nothing sent in the clear, no
+    traceback); trusted through SSL_CERT_FILE (how a private CA is added), the run completes."""
+    tls = _self_signed(tmp_path)
+    fake = Fake()
+    url, stop = serve(fake, tls=tls)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    try:
+        assert url.startswith("https://")
+        code, out, err = _main(_run(url, tmp_path / "untrusted", "--limit", "2"))
+        assert code == 4 and "its certificate is not trusted" in err and "SSL_CERT_FILE" in err, (code, err[-2000:])
+        assert "Traceback" not in err and len([line for line in err.splitlines() if "certificate" in line.lower()]) == 1
+        assert not any(method == "POST" for _, method, _, _ in fake.seen)
+        monkeypatch.setenv("SSL_CERT_FILE", tls[0])
+        code, out, err = _main(_run(url, tmp_path / "trusted", "--limit", "2"))
+    finally:
+        stop()
+    assert code == 0, err[-2000:]
+    assert len(_samples(tmp_path / "trusted", "ad")) == 2
+
+
 def test_model_args_name_the_key_and_runs_with_other_keys_pair(home: Path, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """lm_eval --model toolfid-server: the base run's key from api_key_env=, the adapter run's from api_key= (a

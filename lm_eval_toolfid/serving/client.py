@@ -288,6 +288,9 @@ def list_models(base_url: str, connection: Connection | None = None) -> list[dic
                 pause(min(told if told is not None else 2.0 ** attempt, conn.retry_after_max), None)
     except httpx2.HTTPError as exc:
         reason = conn.redact(one_line(str(exc) or type(exc).__name__))
+        if "CERTIFICATE_VERIFY_FAILED" in reason:  # reached, but its certificate is not one the system trusts
+            raise ToolfidError(f"server {server_origin(base_url)}: its certificate is not trusted ({reason}); a private "
+                               "CA's certificate goes in SSL_CERT_FILE (or SSL_CERT_DIR)") from None
         raise ToolfidError(f"server {server_origin(base_url)} is not reachable ({reason}); start it first "
                            "(see README: Served models)") from None
     if response.status_code in (401, 403):
