@@ -18,7 +18,9 @@ import os
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.fsutil import atomic_write_text, exclusive
@@ -73,9 +75,7 @@ def convert_gguf(gguf_path: Path, target: Path) -> Path:
     _require_gguf()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=str(target.parent)))
-    try:
+    with staged_folder(target) as tmp:
         folder, name = str(gguf_path.parent), gguf_path.name
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
@@ -88,13 +88,23 @@ def convert_gguf(gguf_path: Path, target: Path) -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         atomic_write_text(tmp / MARKER, f"from {gguf_path}\n")
+    return target
+
+
+@contextmanager
+def staged_folder(target: Path) -> Iterator[Path]:
+    """A new folder beside ``target`` to fill; when the block ends without an error it replaces ``target`` in one
+    rename, otherwise it is removed (a reader never sees half a model)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=str(target.parent)))
+    try:
+        yield tmp
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return target
 
 
 def _lock(target: Path) -> Path:

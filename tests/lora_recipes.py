@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lm_eval_toolfid.core.fsutil import exclusive
-from scripts.real_models import toolfid_home
+from scripts.real_models import staged_folder, toolfid_home
 
 RECIPE_VERSION = 1
 
@@ -53,17 +50,9 @@ class Recipe:
 
 
 def _save_atomically(model, target: Path) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=str(target.parent)))
-    try:
+    with staged_folder(target) as tmp:
         model.save_pretrained(tmp)
         (tmp / ".complete").write_text("ok\n")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target
 
 
