@@ -38,19 +38,31 @@ def _paint_verdicts(table: str) -> str:
     return "\n".join(lines)
 
 
-def generation_paths(rows: list[Any]) -> str:
-    """One line per way the adapter views' tokens were obtained (verified or decoded) and why: the run's header."""
+def generation_paths(rows: list[Any], base: Any = None) -> str:
+    """One line per way the adapter views' tokens were obtained (verified or decoded) and why, and one per group of
+    views decoded together (``base``: the base view's row): the run's header."""
     by_reason: dict[str, list[str]] = {}
-    for row in rows:
+    groups: list[tuple[str, ...]] = []
+    notes: list[str] = []
+    for row in [*([base] if base is not None else []), *rows]:
         gen = (row.toolfid or {}).get("generation") or {}
-        if gen.get("verify_reason"):
+        if row is not base and gen.get("verify_reason"):
             by_reason.setdefault(gen["verify_reason"], []).append(row.label)
+        together = tuple(gen.get("views_together") or ())
+        if len(together) > 1 and together not in groups:
+            groups.append(together)
+        if gen.get("views_together_note") and gen["views_together_note"] not in notes:
+            notes.append(gen["views_together_note"])
     import shutil
     import textwrap
 
     width = max(40, shutil.get_terminal_size((120, 24)).columns - 1)
-    return "\n".join(textwrap.fill(f"tokens of {', '.join(labels)}: {reason}", width=width, subsequent_indent="    ",
-                                   break_on_hyphens=False) for reason, labels in by_reason.items())
+    lines = [f"tokens of {', '.join(labels)}: {reason}" for reason, labels in by_reason.items()]
+    if groups:
+        lines.append("decoded together, one batch per group, each row under its own LoRA: "
+                     + "; ".join(" + ".join(g) for g in groups) + (f" ({'; '.join(notes)})" if notes else ""))
+    return "\n".join(textwrap.fill(line, width=width, subsequent_indent="    ", break_on_hyphens=False)
+                     for line in lines)
 
 
 def verification_note(rows: list[Any]) -> str:
@@ -143,7 +155,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any]) -> RunPlan:
     """What the arguments ask for: in process, or against ``--server`` (``toolfid demo`` has no served options)."""
     if getattr(args, "server", None):
-        for flag, value in (("--null-runs", args.null_runs), ("--device", args.device), ("--dtype", args.dtype)):
+        for flag, value in (("--null-runs", args.null_runs), ("--device", args.device), ("--dtype", args.dtype),
+                            ("--views-together", args.views_together)):
             if value:
                 raise ToolfidError(f"{flag} does not apply to --server (the server loads the models; calibrate in "
                                    "process with toolfid calibrate)")
@@ -153,7 +166,8 @@ def _plan(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadat
             server=args.server, api=args.api, tokenizer=args.tokenizer,
             connection=connection_from_args(args))  # key, headers, rate limits, concurrency, timeouts
     else:
-        models = ModelOptions(batch_size=args.batch_size, device=args.device, dtype=args.dtype)
+        models = ModelOptions(batch_size=args.batch_size, device=args.device, dtype=args.dtype,
+                              views_together=args.views_together)
     calibration = None
     if args.null_runs:
         from lm_eval_toolfid.run.calibrate import CalibrationStage
@@ -182,7 +196,7 @@ def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any
         if base_row.toolfid.get("prompt_style_requested") == "auto":
             print(f"prompt_style auto -> {base_row.toolfid.get('prompt_style')}: "
                   f"{base_row.toolfid.get('prompt_style_reason')}")
-        paths = generation_paths(rows)
+        paths = generation_paths(rows, base_row)
         if paths:
             print(paths)
         print()
@@ -244,11 +258,24 @@ def stop_check_report(views: list[tuple[str, dict[str, Any]]], task: str) -> boo
     return failed
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
 def add_run_options(p: argparse.ArgumentParser) -> None:
     add_task_settings(p)
     add_model_options(p)
     add_output_option(p, "folder for results and samples (default runs/toolfid-<time>)")
     p.add_argument("--null-runs", type=int, default=0, help="calibrate with K null adapters per multiplier first")
+    p.add_argument("--views-together", dest="views_together", type=positive_int, default=None, metavar="N",
+                   help="decode up to N views (the base and its adapters) in one batch, each row under its own "
+                        "LoRA (default: as many as memory holds; 1: one view at a time)")
     p.add_argument("--seed", type=int, default=0, help="seed of the null adapters (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table (stdout)")
     p.add_argument("--gate", action="store_true",

@@ -5,6 +5,7 @@ verification of the drafts whose first token matched (groups of like prompt leng
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Sequence
 
 from lm_eval_toolfid.engine.config import EngineConfig
@@ -12,7 +13,7 @@ from lm_eval_toolfid.engine.draft_verify import DraftVerifier
 from lm_eval_toolfid.engine.handoffs import Outcome
 from lm_eval_toolfid.engine.kv_store import KVStore
 from lm_eval_toolfid.engine.model_runner import ModelRunner
-from lm_eval_toolfid.engine.passes import length_groups
+from lm_eval_toolfid.engine.passes import length_groups, sibling_groups
 from lm_eval_toolfid.engine.prefix_cache import PrefixPlan
 from lm_eval_toolfid.engine.prompt_pass import Admitted, PrefixPasses, PromptPass, SharedPrefixes
 from lm_eval_toolfid.engine.rows import Row
@@ -22,12 +23,32 @@ def admission_order(rows: Sequence[Row], todo: list[int], config: EngineConfig) 
     """Rows ``todo`` in admission order, and the view's shared-prefix plan (None: no prefixes shared)."""
     plan = None
     if config.share_prefixes and len(todo) > 1:
-        plan = PrefixPlan.build([r.prompt for r in rows], todo, config.min_shared)
+        views = [r.view for r in rows] if any(r.view is not None for r in rows) else []
+        plan = PrefixPlan.build([r.prompt for r in rows], todo, config.min_shared, views)
         if not plan.nodes:
             plan = None
     if plan is not None:  # sorted by prompt: the rows of a shared prefix are admitted together
         return plan.order, plan
     return sorted(todo, key=lambda i: -(len(rows[i].prompt) + len(rows[i].draft))), None
+
+
+def take_units(waiting: deque[int], rows: Sequence[Row], free: int, joint: bool, force: bool = False) -> list[int]:
+    """The waiting rows to admit into ``free`` decode slots, in order, never parting a prompt's rows of several views
+    (a joint run: they join the decode batch together and step in lockstep). ``force`` (the batch is empty): at least
+    ``free`` rows of a unit larger than that (a prompt asked more often than the batch has slots)."""
+    take: list[int] = []
+    while waiting:
+        unit = 1
+        if joint:
+            prompt = rows[waiting[0]].prompt
+            while unit < len(waiting) and rows[waiting[unit]].prompt == prompt:
+                unit += 1
+        if len(take) + unit > free:
+            if force and not take:
+                take = [waiting.popleft() for _ in range(min(free, len(waiting)))]
+            break
+        take += [waiting.popleft() for _ in range(unit)]
+    return take
 
 
 class Admission:
@@ -36,6 +57,7 @@ class Admission:
     def __init__(self, runner: ModelRunner, store: KVStore, config: EngineConfig, near_tie: float,
                  plan: PrefixPlan | None) -> None:
         self.config = config
+        self.joint = runner.joint
         self.prefixes = SharedPrefixes(plan)
         self.prefix_passes = PrefixPasses(runner, store, config, self.prefixes)
         self.prompt_pass = PromptPass(runner, store, config, near_tie, self.prefixes)
@@ -53,7 +75,10 @@ class Admission:
             # longest suffix first (the order without shared prefixes is longest prompt first already)
             items.sort(key=lambda a: -(len(a.row.prompt) - prefixes.depth(a.node)))
         outcome = Outcome()
-        for group in length_groups(items, lambda a: len(a.row.prompt) - prefixes.depth(a.node), budget, share):
+        # a prompt's rows of every view (a joint run) go through one pass: the same kernels for each
+        sibling = (lambda a: a.row.prompt) if self.joint else (lambda a: a.index)
+        for group in sibling_groups(items, lambda a: len(a.row.prompt) - prefixes.depth(a.node), budget, share,
+                                    sibling):
             outcome += self.prompt_pass.run(group)
         # drafts in passes of rows of like prompt length, within the padded-token budget: a verification pass
         # reads every row's KV up to its longest prompt (under grouped-query attention, expanded per query head),

@@ -116,12 +116,20 @@ def auto_batch_size(model: Any, device: Any, row_tokens: list[int]) -> int:
     n = max(1, len(row_tokens))
     kind = torch.device(device).type
     cap = n if kind != "cpu" else min(n, CPU_MAX_BATCH)
+    fits = rows_in_memory(model, device, row_tokens)
+    return cap if fits is None else max(1, min(cap, fits))
+
+
+def rows_in_memory(model: Any, device: Any, row_tokens: list[int]) -> int | None:
+    """Rows of ``row_tokens`` (prompt + budget) whose KV the free memory holds at once, beyond the reserve for one
+    forward pass (no cap for throughput: :func:`auto_batch_size` applies that); None when the free memory is
+    unknown."""
     free = free_memory(device)
     if free is None:
-        return cap
+        return None
     per_row = kv_bytes_per_token(model) * max(row_tokens or [1])
     room = free * MEMORY_FRACTION - activation_reserve(model, prefill_tokens_for(device), verify_logits_for(device))
-    return max(1, min(cap, int(room // max(1, per_row))))
+    return max(0, int(room // max(1, per_row)))
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -39,7 +39,7 @@ class DecodeBatch:
         positions = torch.tensor([[len(live.row.prompt) + len(live.result.tokens) - 1] for live in self.rows],
                                  dtype=torch.long)
         cache, mask = self.slots.open_step(n)
-        logits = runner.forward(ids, mask, positions, cache, 1, step=True)
+        logits = runner.forward(ids, mask, positions, cache, 1, step=True, views=[live.row.view for live in self.rows])
         best, gaps = runner.pick(logits, with_gaps=record or any(live.result.shared for live in self.rows))
         finished, done = [], []
         for b, live in enumerate(self.rows):

@@ -39,6 +39,12 @@ The stages, each in its module, and what each hands the next (:mod:`~lm_eval_too
    row uses are dropped once they are a quarter of the buffer; waiting rows are admitted in its place
    (continuous batching).
 
+**Views together.** A row may name its view (:attr:`Row.view`, a PEFT adapter; None the base): then every pass of
+the run names each row's adapter (PEFT's mixed batch, ``adapter_names``; base rows add no delta), so the base and
+any number of adapters share their prompt passes, draft passes and decode steps. Shared prefixes stay within a
+view (an adapter changes the prompt's KV); a prompt's rows of every view are admitted side by side, so they go
+through the same passes (:class:`~lm_eval_toolfid.engine.prefix_cache.PrefixPlan` with ``views``).
+
 Underneath: :mod:`~lm_eval_toolfid.engine.kv_store` (every allocation, copy and release of KV buffers),
 :mod:`~lm_eval_toolfid.engine.slot_cache` (the cache classes the model writes into),
 :mod:`~lm_eval_toolfid.engine.model_runner` (whether a model fits, :func:`engine_unsupported`; one forward pass,
@@ -61,11 +67,12 @@ and plain decoding against ``generate``, token for token.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections import deque
 from typing import Any, Callable, Sequence
 
-from lm_eval_toolfid.engine.admission import Admission, admission_order
+from lm_eval_toolfid.engine.admission import Admission, admission_order, take_units
 from lm_eval_toolfid.engine.config import NEAR_TIE, NEAR_TIE_BY_DTYPE, EngineConfig, EngineStats, near_tie_for
 from lm_eval_toolfid.engine.decode_batch import DecodeBatch
 from lm_eval_toolfid.engine.kv_store import KVStore
@@ -109,19 +116,25 @@ class GreedyEngine:
             if row.max_new <= 0 or not row.prompt:
                 results[i] = RowResult(draft_len=len(row.draft), finish="length")
         todo = [i for i in range(len(rows)) if results[i] is None]
+        self.runner.joint = any(row.view is not None for row in rows)
         stats.prompt_tokens_total += sum(len(rows[i].prompt) for i in todo)
         order, plan = admission_order(rows, todo, config)
         if plan is not None:
             stats.prefix_nodes += len(plan.nodes)
         waiting = deque(order)
+        joint = self.runner.joint
+        if joint:  # room for a prompt's rows of every view at once
+            config = dataclasses.replace(config, max_batch=max(config.max_batch, len({row.view for row in rows})))
         admission = Admission(self.runner, self.kv, config, self.near_tie, plan)
         batch = DecodeBatch(self.runner, self.kv, config, self.near_tie)
         refill = config.refill or max(1, config.max_batch // 8)
         with self.torch.inference_mode(), self.autocast():
             while waiting or batch.rows:
                 free = config.max_batch - len(batch.rows)
-                if waiting and (not batch.rows or free >= min(refill, len(waiting))):  # admit
-                    take = [waiting.popleft() for _ in range(min(free, len(waiting)))]
+                take = []
+                if waiting and (not batch.rows or free >= min(refill, len(waiting))):
+                    take = take_units(waiting, rows, free, joint, force=not batch.rows)
+                if take:  # admit
                     admitted = admission.admit([(i, rows[i]) for i in take])
                     stats.shared_tokens += admitted.shared_tokens
                     if admitted.joining:

@@ -59,7 +59,7 @@ class DraftVerifier:
             positions = start[:, None] + torch.arange(C)[None, :]
             for layer in layers:  # room for this chunk
                 layer.reserve(width + C)
-            logits = runner.forward(ids, mask, positions, store.cache(layers), C)
+            logits = runner.forward(ids, mask, positions, store.cache(layers), C, views=[rows[r].view for r in todo])
             best, gaps = runner.pick(logits)
             del logits
             states: list[tuple[RowState, LiveRow, KVRef]] = []

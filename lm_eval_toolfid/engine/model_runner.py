@@ -7,9 +7,13 @@ from __future__ import annotations
 import contextlib
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from lm_eval_toolfid.engine.config import EngineStats
+
+
+BASE_VIEW = "__base__"
+"""PEFT's name for "no adapter" in a mixed batch (``adapter_names``): the row gets the base layer's output only."""
 
 
 class EngineUnsupported(Exception):
@@ -94,6 +98,9 @@ class ModelRunner:
         self.pad_id = pad_id
         self.stats = stats
         self.device = next(model.parameters()).device
+        self.joint = False
+        """Rows carry their view (:attr:`~lm_eval_toolfid.engine.rows.Row.view`): every pass names each row's
+        adapter (``__base__`` for the base), so one pass serves every view."""
         if self.device.type == "cpu" and fold_gqa:
             from lm_eval_toolfid.engine.attention import folded_gqa_attention
 
@@ -102,9 +109,10 @@ class ModelRunner:
             self.attention = contextlib.nullcontext
 
     def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any, keep: int,
-                step: bool = False) -> Any:
+                step: bool = False, views: Sequence[str | None] = ()) -> Any:
         """Logits of the last ``keep`` positions, [batch, keep, vocab] (float32); ``step``: a decode step (else a
-        prompt or draft pass). The tensors may be on the CPU: they are moved to the model's device."""
+        prompt or draft pass); ``views``: each row's adapter (read in a joint run). The tensors may be on the CPU:
+        they are moved to the model's device."""
         device = self.device
         input_ids, attention_mask, position_ids = input_ids.to(device), attention_mask.to(device), position_ids.to(device)
         stats = self.stats
@@ -117,6 +125,10 @@ class ModelRunner:
         stats.logit_rows += int(input_ids.shape[0]) * keep
         kwargs: dict[str, Any] = {"logits_to_keep": keep} if self.fit.keep_logits else {}
         kwargs[self.fit.cache_arg] = cache
+        if self.joint:
+            if len(views) != int(input_ids.shape[0]):
+                raise ValueError(f"a joint pass of {int(input_ids.shape[0])} rows names {len(views)} views")
+            kwargs["adapter_names"] = [BASE_VIEW if v is None else v for v in views]
         with self.attention():
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                              use_cache=True, **kwargs)

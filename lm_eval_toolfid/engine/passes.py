@@ -12,22 +12,37 @@ from lm_eval_toolfid.engine.model_runner import ModelRunner
 T = TypeVar("T")
 
 
-def length_groups(items: Sequence[T], length: Callable[[T], int], budget: int, share: float) -> Iterator[list[T]]:
+def length_groups(items: Sequence[T], length: Callable[[T], int], budget: int, share: float,
+                  rows: Callable[[T], int] | None = None) -> Iterator[list[T]]:
     """Consecutive items (longest first) per pass: at most ``budget`` padded tokens, and at most ``share`` of them
-    padding."""
+    padding; ``rows``: the rows an item stands for (default 1; a unit of sibling rows goes whole)."""
     group: list[T] = []
-    longest = real = 0
+    longest = real = count = 0
     for item in items:  # already longest first
-        n = length(item)
+        n, k = length(item), rows(item) if rows is not None else 1
         top = max(longest, n)
-        padded = top * (len(group) + 1)
-        if group and (padded > budget or padded - real - n > share * padded):
+        padded = top * (count + k)
+        if group and (padded > budget or padded - real - n * k > share * padded):
             yield group
-            group, longest, real, top = [], 0, 0, n
+            group, longest, real, count, top = [], 0, 0, 0, n
         group.append(item)
-        longest, real = top, real + n
+        longest, real, count = top, real + n * k, count + k
     if group:
         yield group
+
+
+def sibling_groups(items: Sequence[T], length: Callable[[T], int], budget: int, share: float,
+                   sibling: Callable[[T], Any]) -> Iterator[list[T]]:
+    """:func:`length_groups` that never parts siblings: consecutive items of equal ``sibling`` key (a prompt's rows of
+    every view in a joint run) go through the same pass, so they are computed by the same kernels."""
+    units: list[list[T]] = []
+    for item in items:
+        if units and sibling(units[-1][0]) == sibling(item):
+            units[-1].append(item)
+        else:
+            units.append([item])
+    for group in length_groups(units, lambda u: length(u[0]), budget, share, rows=len):
+        yield [item for unit in group for item in unit]
 
 
 @dataclass(frozen=True)
@@ -37,6 +52,8 @@ class PassEntry:
     prefix: KVRef | None
     depth: int
     tokens: Sequence[int]
+    view: str | None = None
+    """The row's adapter in a joint run (:attr:`~lm_eval_toolfid.engine.rows.Row.view`)."""
 
 
 @dataclass(frozen=True)
@@ -74,5 +91,5 @@ def run_pass(runner: ModelRunner, store: KVStore, entries: Sequence[PassEntry], 
             if e.depth:
                 store.place(kv, r, P - e.depth, e.prefix)
         cache = store.cache(store.layers(kv, P))
-    logits = runner.forward(ids, mask, positions, cache, keep)
+    logits = runner.forward(ids, mask, positions, cache, keep, views=[e.view for e in entries])
     return PassOut(logits, tuple(KVRef.of_layers(cache.layers, r, s) for r, s in enumerate(spans)))

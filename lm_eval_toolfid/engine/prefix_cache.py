@@ -63,9 +63,23 @@ class PrefixPlan:
     computed_tokens: int = 0
     """Prompt tokens computed with the plan: every node's own segment + every row's suffix."""
     prompts: Sequence[Sequence[int]] = ()
+    views: Sequence[str | None] = ()
+    """Each row's view in a joint run (empty: one view). A prefix is shared within a view only: an adapter's
+    LoRA delta changes the prompt's keys and values."""
+
+    def view_of(self, row: int) -> str | None:
+        return self.views[row] if self.views else None
 
     @classmethod
-    def build(cls, prompts: Sequence[Sequence[int]], rows: Sequence[int], min_shared: int = 16) -> PrefixPlan:
+    def build(cls, prompts: Sequence[Sequence[int]], rows: Sequence[int], min_shared: int = 16,
+              views: Sequence[str | None] = ()) -> PrefixPlan:
+        """The plan over rows ``rows`` of ``prompts``; ``views``: each row's view (a joint run), each view's rows
+        planned on their own and admitted interleaved by prompt (a prompt's rows of every view together, so they
+        share their passes' shapes)."""
+        names = list(dict.fromkeys(views[i] for i in rows)) if views else []
+        if len(names) > 1:
+            return cls._joint(prompts, views, [cls.build(prompts, [i for i in rows if views[i] == name], min_shared)
+                                               for name in names], names)
         plan = cls(row_node=[None] * len(prompts), prompts=prompts)
         order = sorted(rows, key=lambda i: list(prompts[i]))
         plan.order = order
@@ -83,7 +97,7 @@ class PrefixPlan:
         candidates = [(order[pos], d) for pos, d in enumerate(lcps) if d >= min_shared]
         candidates += [(i, d) for i, d in zip(order, depths) if d >= min_shared]
         for row, depth in sorted(candidates, key=lambda c: c[1]):
-            key = _key(prompts[row], depth)
+            key = prefix_key(prompts[row], depth)
             if key not in keys:
                 node = PrefixNode(id=len(plan.nodes), depth=depth, row=row)
                 plan.nodes[node.id] = node
@@ -91,14 +105,14 @@ class PrefixPlan:
         node_depths = sorted({n.depth for n in plan.nodes.values()})
         for node in plan.nodes.values():  # nearest shared ancestor: the deepest node that is a prefix of it
             for d in reversed([d for d in node_depths if d < node.depth]):
-                parent = keys.get(_key(prompts[node.row], d))
+                parent = keys.get(prefix_key(prompts[node.row], d))
                 if parent is not None:
                     node.parent = parent
                     plan.nodes[parent].users += 1
                     break
         for i, d in zip(order, depths):
             if d >= min_shared:
-                node_id = keys[_key(prompts[i], d)]
+                node_id = keys[prefix_key(prompts[i], d)]
                 plan.row_node[i] = node_id
                 plan.nodes[node_id].users += 1
         # nodes no row starts from and no other node extends cost a pass and save nothing
@@ -106,6 +120,26 @@ class PrefixPlan:
         plan.computed_tokens = sum(n.depth - plan.depth(n.parent) for n in plan.nodes.values()) + sum(
             len(prompts[i]) - plan.depth(plan.row_node[i]) for i in rows)
         return plan
+
+    @classmethod
+    def _joint(cls, prompts: Sequence[Sequence[int]], views: Sequence[str | None], plans: list[PrefixPlan],
+               names: list[str | None]) -> PrefixPlan:
+        """One plan of the views' plans: their nodes renumbered, rows ordered by prompt, then view."""
+        joint = cls(row_node=[None] * len(prompts), prompts=prompts, views=views)
+        rank = {name: k for k, name in enumerate(names)}
+        for plan in plans:
+            ids = {old: len(joint.nodes) + k for k, old in enumerate(plan.nodes)}
+            for old, node in plan.nodes.items():
+                joint.nodes[ids[old]] = PrefixNode(id=ids[old], depth=node.depth, row=node.row,
+                                                   parent=None if node.parent is None else ids[node.parent],
+                                                   users=node.users)
+            for i in plan.order:
+                joint.row_node[i] = None if plan.row_node[i] is None else ids[plan.row_node[i]]
+            joint.order += plan.order
+            joint.prompt_tokens += plan.prompt_tokens
+            joint.computed_tokens += plan.computed_tokens
+        joint.order.sort(key=lambda i: (list(prompts[i]), rank[views[i]]))
+        return joint
 
     def depth(self, node_id: int | None) -> int:
         return 0 if node_id is None else self.nodes[node_id].depth
@@ -129,7 +163,7 @@ class PrefixPlan:
                     self.nodes[node.parent].users -= 1
 
 
-def _key(prompt: Sequence[int], depth: int) -> bytes:
+def prefix_key(prompt: Sequence[int], depth: int) -> bytes:
     import array
 
     return array.array("q", prompt[:depth]).tobytes()

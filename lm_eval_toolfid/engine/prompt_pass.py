@@ -13,8 +13,8 @@ from lm_eval_toolfid.engine.config import EngineConfig
 from lm_eval_toolfid.engine.handoffs import Outcome, RowState
 from lm_eval_toolfid.engine.kv_store import KVRef, KVStore
 from lm_eval_toolfid.engine.model_runner import ModelRunner
-from lm_eval_toolfid.engine.passes import PassEntry, length_groups, run_pass
-from lm_eval_toolfid.engine.prefix_cache import PrefixPlan, PrefixStore
+from lm_eval_toolfid.engine.passes import PassEntry, run_pass, sibling_groups
+from lm_eval_toolfid.engine.prefix_cache import PrefixPlan, PrefixStore, prefix_key
 from lm_eval_toolfid.engine.rows import LiveRow, Row, RowResult
 
 
@@ -69,13 +69,17 @@ class PrefixPasses:
         own = lambda n: plan.nodes[n].depth - plan.depth(plan.nodes[n].parent)  # noqa: E731
         while todo:
             ready = [n for n in todo if plan.nodes[n].parent is None or plan.nodes[n].parent in held]
-            ready.sort(key=lambda n: -own(n))
-            for group in length_groups(ready, own, self.config.prefill_tokens, self.config.max_padding):
+            # a prefix's nodes of every view (a joint run) go through one pass: the same kernels for each
+            sibling = (lambda n: (plan.nodes[n].depth, prefix_key(plan.prompts[plan.nodes[n].row], plan.nodes[n].depth))
+                       ) if plan.views else (lambda n: n)
+            ready.sort(key=lambda n: (-own(n), sibling(n)) if plan.views else -own(n))
+            for group in sibling_groups(ready, own, self.config.prefill_tokens, self.config.max_padding, sibling):
                 entries = []
                 for n in group:
                     node = plan.nodes[n]
                     p = plan.depth(node.parent)
-                    entries.append(PassEntry(self.prefixes.kv(node.parent), p, plan.prompts[node.row][p:node.depth]))
+                    entries.append(PassEntry(self.prefixes.kv(node.parent), p, plan.prompts[node.row][p:node.depth],
+                                             plan.view_of(node.row)))
                 out = run_pass(self.runner, self.store, entries)
                 for n, kv in zip(group, out.kv):
                     held.put(n, self.store.gather(kv))
@@ -98,7 +102,7 @@ class PromptPass:
         entries = []
         for a in group:
             p = prefixes.depth(a.node)
-            entries.append(PassEntry(prefixes.kv(a.node), p, a.row.prompt[p:]))
+            entries.append(PassEntry(prefixes.kv(a.node), p, a.row.prompt[p:], a.row.view))
         out = run_pass(self.runner, self.store, entries)
         shared = any(a.node is not None for a in group)
         best, gaps = self.runner.pick(out.logits, with_gaps=self.config.record_gaps or shared)

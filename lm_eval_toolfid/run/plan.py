@@ -21,6 +21,9 @@ class ModelOptions:
     batch_size: int | str = "auto"
     device: str | None = None
     dtype: str | None = None
+    views_together: int | None = None
+    """At most this many views decode in one engine run (``--views-together``; None: as many as memory holds;
+    1: one view at a time)."""
 
 
 @dataclass(frozen=True)

@@ -54,10 +54,12 @@ def run_plan(plan: RunPlan, session: ViewSession | None = None,
     session = session or open_session(plan, progress)
     session.check(plan)
     done = saved_views(plan, session.manifest_args, progress)
+    if plan.calibration is None:  # every view at once: a session may decode them together
+        todo = [view for view in [plan.base_view(), *plan.adapter_views()] if view.label not in done]
+        done.update({result.label: result for result in _evaluate(session, todo, plan, progress)} if todo else {})
+        return done["base"], [done[label] for label in plan.adapters]
     base = done.get("base") or _evaluate(session, [plan.base_view()], plan, progress)[0]
-    metadata: Mapping[str, Any] = plan.metadata
-    if plan.calibration is not None:
-        metadata = plan.calibration.run_in(session, plan)
+    metadata: Mapping[str, Any] = plan.calibration.run_in(session, plan)
     todo = [view for view in plan.adapter_views(metadata) if view.label not in done]
     ran = {result.label: result for result in _evaluate(session, todo, plan, progress)} if todo else {}
     return base, [done.get(label) or ran[label] for label in plan.adapters]

@@ -14,13 +14,16 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from lm_eval_toolfid.calibration.adapters import check_adapter
 from lm_eval_toolfid.cases.bundled import tasks_path
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.reporting.view_store import ViewResult
 from lm_eval_toolfid.run.plan import ModelOptions, RunPlan, View
+
+if TYPE_CHECKING:
+    from lm_eval_toolfid.integrations.lm_eval.joint import JointRun
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -114,16 +117,45 @@ class ModelSession:
 
     def evaluate(self, views: Sequence[View], plan: RunPlan) -> Iterator[ViewResult]:
         """Each view in order, the adapter it names active (the base view with the adapter disabled,
-        recording drafts); loads the model first if no view ran yet."""
+        recording drafts); loads the model first if no view ran yet. Views that may share an engine run do
+        (:meth:`joint_run`): the first of them to generate computes the others' answers too."""
         if self.lm is None:
             self.load(plan.adapters)
-        for view in views:
-            if view.adapter is None:
-                with self.base_view():
+        joint = self.joint_run(views)
+        self.lm.joint = joint
+        try:
+            for view in views:
+                if joint is not None:
+                    joint.current = view.label
+                if view.adapter is None:
+                    with self.base_view():
+                        yield self.evaluate_current(view, plan.task, plan.limit)
+                else:
+                    self.activate(self._names[view.label])
                     yield self.evaluate_current(view, plan.task, plan.limit)
-            else:
-                self.activate(self._names[view.label])
-                yield self.evaluate_current(view, plan.task, plan.limit)
+        finally:
+            self.lm.joint = None
+
+    def joint_run(self, views: Sequence[View]) -> JointRun | None:
+        """The views decoded together (None: one at a time: a single view, ``--views-together 1``, the engine off,
+        or adapters PEFT cannot mix in one batch, said once in the log)."""
+        from lm_eval_toolfid.integrations.lm_eval.joint import JointRun, JointView, joint_unsupported
+
+        most = self.options.views_together
+        if len(views) < 2 or most == 1 or not self.lm.use_engine:
+            return None
+        names = [self._names[v.label] for v in views if v.adapter is not None]
+        why = joint_unsupported(self.peft_model, names)
+        if why is not None:
+            log.warning("toolfid: views decoded one at a time: %s", why)
+            return None
+        members = []
+        for view in views:
+            setting = verify_setting(view.metadata.get("verify"))
+            verifies = view.adapter is not None and self.lm.verify_choice(setting).verify
+            members.append(JointView(view.label, None if view.adapter is None else self._names[view.label], setting,
+                                     verifies))
+        return JointRun(members, most)
 
     def evaluate_current(self, view: View, task: str, limit: int | None = None) -> ViewResult:
         """Run the task on the model as it is now (adapter active or disabled by the caller); ``view.adapter``
@@ -131,6 +163,14 @@ class ModelSession:
         view stores a subset reference)."""
         model_args = dict(self.manifest_args, **({"peft": view.adapter} if view.adapter else {}))
         return evaluate_view(self.lm, model_args, view, task, limit, self.progress, self.verbose)
+
+
+def verify_setting(value: Any) -> bool | None:
+    """A view's metadata ``verify`` as the task reads it (None: not given)."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    return True if text in ("true", "1", "yes") else False if text in ("false", "0", "no") else None
 
 
 def check_adapters(adapters: Iterable[str], base: str) -> None:

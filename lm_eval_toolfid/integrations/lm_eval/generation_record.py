@@ -21,7 +21,9 @@ them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.ge
   the rows' prompts started from a prefix shared with other rows, computed once
   (:mod:`lm_eval_toolfid.engine.prefix_cache`); ``prefix_near_tie_tokens`` / ``prefix_near_tie_cases``:
   tokens of such rows at a near tie (the prefix's KV came from another pass than an unshared prompt's);
-- ``decode_batch`` and ``oom_halvings``: the batch that ran, and how often it was halved for memory.
+- ``decode_batch`` and ``oom_halvings``: the batch that ran, and how often it was halved for memory;
+- ``views_together``: the views whose rows were decoded in the same engine run as this view's, each row under
+  its own adapter (:mod:`~lm_eval_toolfid.integrations.lm_eval.joint`); absent when the view ran alone.
 """
 
 from __future__ import annotations
@@ -76,6 +78,12 @@ def summarize_generation(infos: Iterable[Any], verify: bool | None = None, adapt
             decode_batch=max(r.get("decode_batch", 0) for r in ours),
             oom_halvings=max(r.get("oom_halvings", 0) for r in ours),
         )
+        together = next((r["views_together"] for r in ours if r.get("views_together")), None)
+        if together:
+            out["views_together"] = list(together)
+        note = next((r["views_together_note"] for r in ours if r.get("views_together_note")), None)
+        if note:
+            out["views_together_note"] = note
     if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         out["scope"] = "this rank's requests only"
     return out

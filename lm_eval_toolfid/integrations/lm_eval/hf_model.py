@@ -33,6 +33,8 @@ the demo and calibration load it directly.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -48,6 +50,8 @@ from lm_eval_toolfid.engine.decoding import (EngineConfig, EngineUnsupported, Gr
 from lm_eval_toolfid.engine.stopping import RowStopper, eos_token_ids, make_stopping_criteria
 from lm_eval_toolfid.engine.verify_policy import VerifyChoice, choose_verify, combine_requests
 from lm_eval_toolfid.integrations.lm_eval.hints import RequestHints, hints_of
+from lm_eval_toolfid.integrations.lm_eval.joint import (JointAnswer, JointRun, JointView, adapters_enabled,
+                                                        views_that_fit)
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -116,6 +120,11 @@ def answer_prefix(request: Any) -> str:
     return restore_primer(request.args[0], "")
 
 
+def answer_key(max_new: int, stop: list[str], plan: _Plan) -> tuple[Any, ...]:
+    """What an answer computed for one view must match to be another view's answer to the same prompt."""
+    return (max_new, tuple(stop), plan.call_end, plan.prefix, plan.check, plan.verify)
+
+
 def engine_blocker(model: Any, generation_kwargs: dict[str, Any]) -> str | None:
     """Why these generation settings are not plain greedy decoding (None when they are)."""
     extra = set(generation_kwargs) - _GREEDY_KEYS
@@ -163,6 +172,9 @@ class ToolfidHFLM(HFLM):
         """context -> the generation run on without the early stop (rows marked for ``check_stops``)."""
         self._batch_strings: list[str] | None = None
         self._stop_now = False
+        self.joint: JointRun | None = None
+        """Views evaluated together (set by the session): the first of them to generate computes the others'
+        answers in the same engine run (:mod:`~lm_eval_toolfid.integrations.lm_eval.joint`)."""
 
     # -- lm-eval entry point -----------------------------------------------------------------
 
@@ -321,29 +333,78 @@ class ToolfidHFLM(HFLM):
         import torch
 
         max_new = max(0, int(max_length) - context.shape[1])
+        keys = [answer_key(max_new, stop, plan) for plan in plans]
+        joint = self.joint
+        current = joint.view(joint.current) if joint is not None else None
+        if joint is not None and current is not None:
+            found = joint.take(current.label, strings, keys)
+            if found is not None:  # computed while an earlier view of the run generated
+                return self._assemble(context, max_new, strings, plans, stop,
+                                      [(a.tokens, a.info, a.check_text) for a in found])
         mask = attention_mask if attention_mask is not None else torch.ones_like(context)
         prompts = [row[m.bool()].tolist() for row, m in zip(context.cpu(), mask.cpu())]
+        lanes: list[JointView | None] = [None]
+        note = None
+        if joint is not None and current is not None:
+            fits = self._views_that_fit(prompts, max_new, joint)
+            note = joint.notes[-1] if joint.notes else None
+            lanes = list(joint.group(fits))
+        answers = self._run_lanes(lanes, prompts, max_new, stop, strings, plans, note)
+        mine = answers[0]
+        for lane, lane_answers in zip(lanes[1:], answers[1:]):
+            assert joint is not None and lane is not None
+            held = joint.answers.setdefault(lane.label, {})
+            for s, key, (tokens, info, check) in zip(strings, keys, lane_answers):
+                held[s] = JointAnswer(key, tokens, info, check)
+        return self._assemble(context, max_new, strings, plans, stop, mine)
+
+    def _views_that_fit(self, prompts: list[list[int]], max_new: int, joint: JointRun) -> int:
+        """How many views' rows the free memory holds at once (the KV of every row of each)."""
+        from lm_eval_toolfid.engine.batch_size import rows_in_memory
+
+        fits = views_that_fit(rows_in_memory(self.model, self.device, [len(p) + max_new for p in prompts]),
+                              len(prompts), len(joint.views))
+        pending = [v for v in joint.views if not any(v.label in g for g in joint.groups)]
+        if fits < len(pending) and (joint.most is None or fits < joint.most):
+            joint.notes.append(f"views decoded {fits} at a time: the free memory holds the KV of about "
+                               f"{fits * len(prompts)}-{(fits + 1) * len(prompts) - 1} rows and a view has "
+                               f"{len(prompts)}")
+            log.warning("toolfid: %s", joint.notes[-1])
+        return fits
+
+    def _run_lanes(self, lanes: list[JointView | None], prompts: list[list[int]], max_new: int, stop: list[str],
+                   strings: list[str], plans: list[_Plan],
+                   note: str | None = None) -> list[list[tuple[list[int], dict[str, Any], str | None]]]:
+        """One engine run for every lane's rows (a lane: one view of a joint run; None: the model as it is, the
+        one lane of a view generated alone). Returns per lane, per request: (answer tokens, generation record,
+        run-on text for ``check_stops``)."""
+        import torch
+
         eos = eos_token_ids(self.model, self.tokenizer)
         call_end = self.stop_at_call_end
-        sources: list[str | None] = []
-        drafts: list[list[int]] = []
-        choices = [self.verify_choice(plan.verify) for plan in plans]
-        for s, plan, choice in zip(strings, plans, choices):
-            draft, source = self._draft_for(s, plan, choice)
-            drafts.append(draft)
-            sources.append(source)
+        joint = len(lanes) > 1
+        specs = []  # per lane: (plans as the lane runs them, verify choices, drafts, draft sources)
+        for lane in lanes:
+            lane_plans = [plan if lane is None or lane.adapter is None else dataclasses.replace(plan, verify=lane.verify)
+                          for plan in plans]
+            choices = [self.verify_choice(plan.verify) for plan in lane_plans]
+            base_lane = self.record_drafts if lane is None else lane.adapter is None
+            drafted = [([], None) if base_lane else self._draft_for(s, plan, choice)
+                       for s, plan, choice in zip(strings, lane_plans, choices)]
+            specs.append((lane_plans, choices, drafted, base_lane))
 
         def make_rows() -> list[Row]:
-            # check_stops: a checked row runs on past its early stop, to where lm-eval's generation ends
-            return [Row(prompt=p, max_new=max_new, draft=d,
-                        stopper=RowStopper(self.tokenizer, eos, stop, max_new, call_end=call_end and plan.call_end,
-                                           prefix=plan.prefix),
-                        run_on=RowStopper(self.tokenizer, eos, stop, max_new) if plan.check else None)
-                    for p, d, plan in zip(prompts, drafts, plans)]
+            # a prompt's rows of every lane side by side (they share their passes); check_stops: a checked row runs
+            # on past its early stop, to where lm-eval's generation ends
+            return [Row(prompt=p, max_new=max_new, draft=spec[2][i][0], view=lane.adapter if joint and lane else None,
+                        stopper=RowStopper(self.tokenizer, eos, stop, max_new,
+                                           call_end=call_end and spec[0][i].call_end, prefix=spec[0][i].prefix),
+                        run_on=RowStopper(self.tokenizer, eos, stop, max_new) if spec[0][i].check else None)
+                    for i, p in enumerate(prompts) for lane, spec in zip(lanes, specs)]
 
         requested = self._engine_batch if self._engine_batch is not None else self.batch_size_per_gpu
         batch = requested if isinstance(requested, int) else auto_batch_size(
-            self.model, self.device, [len(p) + max_new for p in prompts])
+            self.model, self.device, [len(p) + max_new for p in prompts] * len(lanes))
         pad_id = self.pad_id(eos)
 
         def autocast() -> Any:
@@ -366,29 +427,49 @@ class ToolfidHFLM(HFLM):
             self._last_engine = engine
             return engine.run(make_rows(), on_done=on_done)
 
-        results, used, halvings = halve_on_oom(run, batch, device=self.device)
+        with adapters_enabled(self.model) if joint else contextlib.nullcontext():
+            results, used, halvings = halve_on_oom(run, batch, device=self.device)
         self.oom_halvings += halvings
         self.engine_stats = self._last_engine.stats
         self.engine_seconds += time.monotonic() - started
+        labels = [lane.label for lane in lanes if lane is not None]
+        out = []
+        for k, (lane, (lane_plans, choices, drafted, base_lane)) in enumerate(zip(lanes, specs)):
+            answers = []
+            for i, s in enumerate(strings):
+                res, plan, choice, (_, source) = results[i * len(lanes) + k], lane_plans[i], choices[i], drafted[i]
+                tokens = res.answer
+                if base_lane:  # the base's tokens: what adapter views of this session verify
+                    self.drafts[s] = list(tokens)
+                info = {
+                    "engine": "toolfid", "verify": choice.verify, "verify_reason": choice.reason,
+                    "verify_requested": plan.verify, "draft_source": source, "draft_tokens": res.draft_len,
+                    "tokens": len(tokens), "accepted": res.accepted, "verified": res.verified,
+                    "decoded": res.decoded, "near_ties": res.near_ties, "finish": res.finish,
+                    "prompt_tokens": len(prompts[i]), "prompt_tokens_shared": res.shared,
+                    "shared_near_ties": res.shared_near_ties, "near_tie_tolerance": self._last_engine.near_tie,
+                    "decode_batch": used, "oom_halvings": halvings,
+                    **({"views_together": labels} if joint else {}),
+                    **({"views_together_note": note} if joint and note else {}),
+                }
+                answers.append((list(tokens), info, self._as_lm_eval_text(res.tokens, stop) if plan.check else None))
+            out.append(answers)
+        return out
+
+    def _assemble(self, context: Any, max_new: int, strings: list[str], plans: list[_Plan], stop: list[str],
+                  answers: list[tuple[list[int], dict[str, Any], str | None]]) -> Any:
+        """What lm-eval expects back (context + answer, padded), each row's generation record kept for the task."""
+        import torch
+
+        pad_id = self.pad_id()
         out = torch.full((context.shape[0], context.shape[1] + max_new), pad_id, dtype=context.dtype)
         out[:, :context.shape[1]] = context.cpu()
-        for i, (s, res, plan, source, choice) in enumerate(zip(strings, results, plans, sources, choices)):
-            tokens = res.answer
+        for i, (s, (tokens, info, check)) in enumerate(zip(strings, answers)):
             if tokens:
                 out[i, context.shape[1]:context.shape[1] + len(tokens)] = torch.tensor(tokens, dtype=context.dtype)
-            if self.record_drafts:
-                self.drafts[s] = list(tokens)
-            if plan.check:
-                self._check_texts[s] = self._as_lm_eval_text(res.tokens, stop)
-            self._row_info[s] = {
-                "engine": "toolfid", "verify": choice.verify, "verify_reason": choice.reason,
-                "verify_requested": plan.verify, "draft_source": source, "draft_tokens": res.draft_len,
-                "tokens": len(tokens), "accepted": res.accepted, "verified": res.verified,
-                "decoded": res.decoded, "near_ties": res.near_ties, "finish": res.finish,
-                "prompt_tokens": len(prompts[i]), "prompt_tokens_shared": res.shared,
-                "shared_near_ties": res.shared_near_ties, "near_tie_tolerance": self._last_engine.near_tie,
-                "decode_batch": used, "oom_halvings": halvings,
-            }
+            if check is not None:
+                self._check_texts[s] = check
+            self._row_info[s] = info
         return out.to(context.device)
 
     def _as_lm_eval_text(self, tokens: list[int], stop: list[str]) -> str:
