@@ -95,8 +95,9 @@ def test_toolfid_run_in_bfloat16_a_zero_lora_gives_the_base_answers(smol: dict) 
     assert "in bfloat16" in gen["verify_reason"] and "--verify forces it" in gen["verify_reason"]
     assert toolfid_meta(base_results, TASK)["generation"]["verify_reason"].startswith("the base view")
     # the header says which path the adapter view took and why, above the table
-    header = run.stdout.split("adapter  valid")[0]
-    assert "tokens of zero: decoded as the base view was: in bfloat16" in " ".join(header.split())
+    header = " ".join(run.stdout.split("adapter  valid")[0].split())
+    assert "tokens of zero: decoded as the base view was: in bfloat16" in header
+    assert "decoded together, one batch per group, each row under its own LoRA: base + zero" in header
     assert toolfid_meta(zero_results, TASK)["summary"]["metrics"]["identical_output_rate"] == 1.0
 
 
@@ -116,11 +117,15 @@ def test_toolfid_lm_eval_in_bfloat16_a_zero_lora_gives_the_base_answers(smol: di
 
 
 def test_bfloat16_flows_agree_with_each_other(smol: dict) -> None:
-    """Both flows decode both views with the same engine schedule: the same answers in either."""
-    _, run_base = _view(smol["root"] / "run" / "base")
+    """``toolfid run`` decodes the base and the B = 0 adapter together (one batch, each row under its own LoRA);
+    ``toolfid lm-eval`` decodes each view alone. In bfloat16 batches of other shapes can round a near tie
+    otherwise: answers may differ between the flows only in cases where the joint run counted one."""
+    run_results, run_base = _view(smol["root"] / "run" / "base")
     _, lm_base = read_run(smol["root"] / "lm-base", TASK)
-    for s in lm_base:
-        assert s["resps"] == run_base[s["doc"]["id"]]["resps"], s["doc"]["id"]
+    gen = toolfid_meta(run_results, TASK)["generation"]
+    assert gen["views_together"] == ["base", "zero"]
+    differ = [s["doc"]["id"] for s in lm_base if s["resps"] != run_base[s["doc"]["id"]]["resps"]]
+    assert len(differ) <= gen["joint_near_tie_cases"], (differ, gen)
 
 
 def test_qwen_chat_in_bfloat16_a_zero_lora_gives_the_base_answers(qwen_coder: Path, tmp_path: Path) -> None:

@@ -67,10 +67,15 @@ def generation_paths(rows: list[Any], base: Any = None) -> str:
 
 def verification_note(rows: list[Any]) -> str:
     """One line on how the adapter views' tokens were obtained, one more if any verified token was a near tie,
-    and one if any view's token on a shared prompt prefix was (every view's, the base's too)."""
-    parts, ties, prefix_ties, tol = [], [], [], None
+    one if any view's token on a shared prompt prefix was (every view's, the base's too), and one if any token
+    of views decoded together was."""
+    parts, ties, prefix_ties, joint_ties, tol = [], [], [], [], None
     for row in rows:
         gen = (row.toolfid or {}).get("generation") or {}
+        if gen.get("joint_near_tie_tokens"):
+            tol = gen.get("near_tie_tolerance", tol)
+            joint_ties.append(f"{row.label} {gen['joint_near_tie_tokens']} token(s) in "
+                              f"{gen.get('joint_near_tie_cases', 0)} case(s)")
         if gen.get("prefix_near_tie_tokens"):
             tol = gen.get("near_tie_tolerance", tol)
             prefix_ties.append(f"{row.label} {gen['prefix_near_tie_tokens']} token(s) in "
@@ -82,7 +87,7 @@ def verification_note(rows: list[Any]) -> str:
         tol = gen.get("near_tie_tolerance", tol)
         if gen.get("near_tie_tokens"):
             ties.append(f"{row.label} {gen['near_tie_tokens']} token(s) in {gen['near_tie_cases']} case(s)")
-    if not parts and not prefix_ties:
+    if not parts and not prefix_ties and not joint_ties:
         return ""
     import shutil
     import textwrap
@@ -95,6 +100,10 @@ def verification_note(rows: list[Any]) -> str:
     if prefix_ties:
         paragraphs.append(f"near ties on shared prompt prefixes (top-two logit gap < {tol:g}, where a prefix computed "
                           "once could round otherwise): " + "; ".join(prefix_ties) + " — compare with --no-prefix-cache")
+    if joint_ties:
+        paragraphs.append(f"near ties in views decoded together (top-two logit gap < {tol:g}, where a view alone, in "
+                          "batches of other shapes, could round otherwise): " + "; ".join(joint_ties)
+                          + " — compare with --views-together 1")
     return "\n".join(textwrap.fill(p, width=width, subsequent_indent="    ", break_on_hyphens=False)
                      for p in paragraphs)
 

@@ -22,8 +22,11 @@ def take_token(res: RowResult, row: Row, token: int, gap: float, *, verified: bo
         res.verified += 1
         if gap < near_tie:
             res.near_ties += 1
-    elif res.shared and gap < near_tie:  # computed on a shared prefix's KV
-        res.shared_near_ties += 1
+    else:
+        if res.shared and gap < near_tie:  # computed on a shared prefix's KV
+            res.shared_near_ties += 1
+        if res.joint and gap < near_tie:  # computed in a batch with other views' rows
+            res.joint_near_ties += 1
     res.tokens.append(token)
     if record:
         res.gaps.append(gap)

@@ -40,7 +40,8 @@ class DecodeBatch:
                                  dtype=torch.long)
         cache, mask = self.slots.open_step(n)
         logits = runner.forward(ids, mask, positions, cache, 1, step=True, views=[live.row.view for live in self.rows])
-        best, gaps = runner.pick(logits, with_gaps=record or any(live.result.shared for live in self.rows))
+        best, gaps = runner.pick(logits, with_gaps=record or runner.joint
+                                                   or any(live.result.shared for live in self.rows))
         finished, done = [], []
         for b, live in enumerate(self.rows):
             token = best[b][0]

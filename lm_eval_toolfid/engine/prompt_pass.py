@@ -105,7 +105,7 @@ class PromptPass:
             entries.append(PassEntry(prefixes.kv(a.node), p, a.row.prompt[p:], a.row.view))
         out = run_pass(self.runner, self.store, entries)
         shared = any(a.node is not None for a in group)
-        best, gaps = self.runner.pick(out.logits, with_gaps=self.config.record_gaps or shared)
+        best, gaps = self.runner.pick(out.logits, with_gaps=self.config.record_gaps or shared or self.runner.joint)
         refs = out.kv
         del out
         states: list[tuple[RowState, LiveRow, KVRef]] = []
@@ -113,7 +113,8 @@ class PromptPass:
         for r, a in enumerate(group):
             row = a.row
             live = LiveRow(index=a.index, row=row, result=RowResult(draft_len=len(row.draft),
-                                                                    shared=prefixes.depth(a.node)))
+                                                                    shared=prefixes.depth(a.node),
+                                                                    joint=self.runner.joint))
             state = accept_predictions(live, [(best[r][0], gaps[r][0] if gaps else 0.0)], verified=False,
                                        near_tie=self.near_tie, record=self.config.record_gaps)
             if state is RowState.DECODE:

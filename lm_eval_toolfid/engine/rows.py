@@ -53,6 +53,11 @@ class RowResult:
     shared_near_ties: int = 0
     """Tokens of a row on a shared prefix (not verified ones) whose top-two gap was below ``near_tie``: the
     prefix's KV came from another pass than plain decoding's, so such a token could be picked otherwise."""
+    joint: bool = False
+    """The row was generated with other views' rows in its batches (a joint run)."""
+    joint_near_ties: int = 0
+    """Tokens of a joint run's row (not verified ones) whose top-two gap was below ``near_tie``: the view alone goes
+    through batches of other shapes, where such a token could be picked otherwise (float32: never seen)."""
     gaps: list[float] = field(default_factory=list)
     """Top-two logit gap of every emitted token (only with ``record_gaps``)."""
 

@@ -23,7 +23,9 @@ them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.ge
   tokens of such rows at a near tie (the prefix's KV came from another pass than an unshared prompt's);
 - ``decode_batch`` and ``oom_halvings``: the batch that ran, and how often it was halved for memory;
 - ``views_together``: the views whose rows were decoded in the same engine run as this view's, each row under
-  its own adapter (:mod:`~lm_eval_toolfid.integrations.lm_eval.joint`); absent when the view ran alone.
+  its own adapter (:mod:`~lm_eval_toolfid.integrations.lm_eval.joint`); absent when the view ran alone;
+  ``joint_near_tie_tokens`` / ``joint_near_tie_cases``: its decoded tokens at a near tie (the view alone goes
+  through batches of other shapes, where such a token could round otherwise).
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ def summarize_generation(infos: Iterable[Any], verify: bool | None = None, adapt
         together = next((r["views_together"] for r in ours if r.get("views_together")), None)
         if together:
             out["views_together"] = list(together)
+            out["joint_near_tie_tokens"] = sum(r.get("joint_near_ties", 0) for r in ours)
+            out["joint_near_tie_cases"] = sum(1 for r in ours if r.get("joint_near_ties"))
         note = next((r["views_together_note"] for r in ours if r.get("views_together_note")), None)
         if note:
             out["views_together_note"] = note

@@ -449,7 +449,7 @@ class ToolfidHFLM(HFLM):
                     "prompt_tokens": len(prompts[i]), "prompt_tokens_shared": res.shared,
                     "shared_near_ties": res.shared_near_ties, "near_tie_tolerance": self._last_engine.near_tie,
                     "decode_batch": used, "oom_halvings": halvings,
-                    **({"views_together": labels} if joint else {}),
+                    **({"views_together": labels, "joint_near_ties": res.joint_near_ties} if joint else {}),
                     **({"views_together_note": note} if joint and note else {}),
                 }
                 answers.append((list(tokens), info, self._as_lm_eval_text(res.tokens, stop) if plan.check else None))

@@ -1,0 +1,143 @@
+#!/usr/bin/env python
+"""Benchmark: the base and N adapter views decoded together vs one at a time (issue 37), in one run.
+
+One model loaded once (``toolfid run``'s session); the same views evaluated twice through lm-eval, as
+``toolfid run`` does: ``--views-together 1`` (each view its own engine run: the run before issue 37) and the
+default (views decoded together, each row under its own LoRA). The adapters, made here (no training):
+
+- ``zero``: a B = 0 LoRA (changes nothing: its answers must be the base's, bit for bit, in every dtype);
+- ``null-K``: LoRAs on every attention and MLP projection with B ~ N(0, sigma) — from barely moving the answers
+  to changing most of them (the drafts a verified view checks get rejected early).
+
+Prints, per mode: each view's wall seconds, the whole run, (base + N views) / base view, and the run's ratio
+to the one-at-a-time run; answers that differ between the modes (float32: none allowed; half precision: only
+real adapters may differ, at near ties) and the B = 0 view's answers that differ from the base's (none allowed).
+
+    OMP_NUM_THREADS=2 nice .venv/bin/python bench/bench_joint_views.py --cases 24 --adapters 4        # CPU, float32
+    python bench/bench_joint_views.py --device cuda --dtype bfloat16 --cases 382 --adapters 10       # one GPU
+
+Targets (issue 37): one H100/H200, bfloat16, SmolLM2, 382 cases: B = 0 identical 382/382, base + 10 adapter
+views <= 3x the base view. CPU (2 cores, float32), 24 cases, base + 4: no slower than one at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import real_model, subset_file, threads
+
+SIGMAS = (1e-4, 1e-3, 3e-3, 1e-2)
+
+
+def make_adapters(base: str, n: int, root: Path, seed: int = 0) -> dict[str, str]:
+    """``zero`` and ``n - 1`` random-B LoRAs (sigma cycling through :data:`SIGMAS`), saved as PEFT folders."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    out: dict[str, str] = {}
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
+                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    peft_model = get_peft_model(model, config)
+    gen = torch.Generator().manual_seed(seed)
+    for k in range(n):
+        name = "zero" if k == 0 else f"null-{k}"
+        sigma = 0.0 if k == 0 else SIGMAS[(k - 1) % len(SIGMAS)]
+        with torch.no_grad():
+            for pname, p in peft_model.named_parameters():
+                if "lora_B" in pname:
+                    p.copy_(torch.randn(p.shape, generator=gen) * sigma)
+        path = root / name
+        peft_model.save_pretrained(path)
+        out[name] = str(path)
+    return out
+
+
+def run_views(session: Any, plan: Any) -> tuple[dict[str, float], dict[str, dict[str, Any]], dict[str, Any]]:
+    """Every view of ``plan`` on the loaded session: seconds per view (from the previous view's end), answers per
+    view (case id -> text), and each view's generation record."""
+    from lm_eval_toolfid.run.plan import View
+
+    views = [plan.base_view(), *plan.adapter_views()]
+    seconds: dict[str, float] = {}
+    answers: dict[str, dict[str, Any]] = {}
+    records: dict[str, Any] = {}
+    t = time.perf_counter()
+    for result in session.evaluate(views, plan):
+        now = time.perf_counter()
+        seconds[result.label] = now - t
+        t = now
+        answers[result.label] = {s["doc"]["id"]: s["resps"] for s in result.samples}
+        meta = result.results["configs"][plan.task]["metadata"]["toolfid"]
+        records[result.label] = meta.get("generation", {})
+    assert all(isinstance(v, View) for v in views)
+    return seconds, answers, records
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2", help="smollm2 (default), qwen-coder, or a model folder")
+    ap.add_argument("--cases", type=int, default=24, help="first N default cases (default 24)")
+    ap.add_argument("--adapters", type=int, default=4, help="adapter views (default 4)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--no-verify", action="store_true", help="decode the adapter views (the half-precision default)")
+    ap.add_argument("--batch-size", default="auto")
+    args = ap.parse_args()
+    n_threads = threads()
+    base = real_model(args.model)
+    root = Path(tempfile.mkdtemp(prefix="bench-joint-"))
+    os.environ["TOOLFID_HOME"] = str(root / "home")
+    from lm_eval_toolfid.cases.bundled import default_cases_path
+    from lm_eval_toolfid.run.plan import ModelOptions, RunPlan
+    from lm_eval_toolfid.run.session import ModelSession
+
+    adapters = make_adapters(base, args.adapters, root / "adapters")
+    cases = subset_file(args.cases, default_cases_path()) if args.cases else default_cases_path()
+    metadata: dict[str, Any] = {"cases": str(cases), **({"verify": False} if args.no_verify else {})}
+    batch = int(args.batch_size) if str(args.batch_size).isdigit() else args.batch_size
+    print(f"{args.model} on {args.device} ({n_threads} threads), {args.dtype}, {args.cases or 382} cases, base + "
+          f"{args.adapters} adapters{' (--no-verify)' if args.no_verify else ''}")
+    results: dict[str, Any] = {}
+    session = None
+    for mode, together in (("one at a time", 1), ("together", None)):
+        options = ModelOptions(batch_size=batch, device=args.device, dtype=args.dtype, views_together=together)
+        plan = RunPlan(base=base, adapters=adapters, task="tool_use_fidelity", metadata=metadata, models=options,
+                       verbose=False)
+        if session is None:
+            session = ModelSession(base, options, verbose=False).load(adapters)
+        session.options = options
+        t0 = time.perf_counter()
+        seconds, answers, records = run_views(session, plan)
+        results[mode] = {"wall": time.perf_counter() - t0, "seconds": seconds, "answers": answers, "records": records}
+    print()
+    one, joint = results["one at a time"], results["together"]
+    labels = ["base", *adapters]
+    print(f"{'view':<10} {'alone s':>8} {'together s':>11} {'differ':>7}  path together")
+    for label in labels:
+        a, b = one["answers"][label], joint["answers"][label]
+        differ = sum(1 for cid in a if a[cid] != b.get(cid))
+        rec = joint["records"][label]
+        path = ("verified" if rec.get("rows_verified") else "decoded") + (
+            f" with {'+'.join(rec['views_together'])}" if rec.get("views_together") else " alone")
+        print(f"{label:<10} {one['seconds'][label]:>8.2f} {joint['seconds'][label]:>11.2f} {differ:>7}  {path}")
+    base_s = one["seconds"]["base"]
+    print(f"\nwhole run: one at a time {one['wall']:.2f} s ({one['wall'] / base_s:.2f}x the base view), together "
+          f"{joint['wall']:.2f} s ({joint['wall'] / base_s:.2f}x); together / one at a time = "
+          f"{joint['wall'] / one['wall']:.2f}")
+    zero_differ = sum(1 for cid, text in joint["answers"]["zero"].items() if text != joint["answers"]["base"][cid])
+    print(f"B = 0 answers that differ from the base's (together): {zero_differ} of {len(joint['answers']['base'])}")
+    print(json.dumps({"device": args.device, "dtype": args.dtype, "cases": args.cases, "adapters": args.adapters,
+                      "one_at_a_time_s": round(one["wall"], 3), "together_s": round(joint["wall"], 3),
+                      "base_view_s": round(base_s, 3), "zero_differ": zero_differ}))
+
+
+if __name__ == "__main__":
+    main()
