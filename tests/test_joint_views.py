@@ -151,7 +151,7 @@ def test_a_joint_run_interrupted_and_resumed_gives_the_uninterrupted_answers(
     assert _generation(out, "broken")["views_together"] == ["hallucinating", "broken", "prose_after_results"]
 
 
-SMOL_LIMIT = 10
+SMOL_LIMIT = 8
 
 
 def test_smollm2_zero_and_trained_lora_together_equal_each_alone(smollm2: Path, tmp_path: Path,
@@ -163,14 +163,17 @@ def test_smollm2_zero_and_trained_lora_together_equal_each_alone(smollm2: Path, 
     from lm_eval_toolfid.prompts.prompter import Prompter
 
     monkeypatch.setenv("TOOLFID_HOME", str(tmp_path / "home"))
-    cases = load_cases(str(default_cases_path()))[:SMOL_LIMIT]
+    rows = [json.loads(x) for x in default_cases_path().read_text(encoding="utf-8").splitlines() if x.strip()]
+    cases_file = tmp_path / "cases.jsonl"  # a short budget: the prose adapter writes on to it
+    cases_file.write_text("".join(json.dumps({**row, "max_new_tokens": 48}) + "\n" for row in rows[:SMOL_LIMIT]))
+    cases = load_cases(str(cases_file))
     prompter = Prompter("auto", demos=None, model_args={"pretrained": str(smollm2)}, plain_demos=1,
                         template="plain-v3", cases=load_cases(str(default_cases_path())))
     trained = trained_lora(smollm2, Recipe(contexts=tuple(prompter.render(c) for c in cases[:4]), target=PROSE,
                                            steps=8))
     zero = zero_lora(smollm2, tmp_path / "zero")
     common: list[Any] = ["run", "--base", smollm2, "--adapter", f"zero={zero}", "--adapter", f"prose={trained}",
-                         "--device", "cpu", "--dtype", "float32", "--limit", SMOL_LIMIT, "--no-breakdown"]
+                         "--device", "cpu", "--dtype", "float32", "--cases", cases_file, "--no-breakdown"]
     runs = {}
     for name, extra in {"alone": ["--views-together", 1, "--no-verify"], "together": ["--no-verify"],
                         "verified": []}.items():

@@ -354,8 +354,9 @@ class ToolfidHFLM(HFLM):
         for lane, lane_answers in zip(lanes[1:], answers[1:]):
             assert joint is not None and lane is not None
             held = joint.answers.setdefault(lane.label, {})
-            for s, key, (tokens, info, check) in zip(strings, keys, lane_answers):
-                held[s] = JointAnswer(key, tokens, info, check)
+            for s, plan, (tokens, info, check) in zip(strings, plans, lane_answers):  # the lane's own settings
+                lane_plan = plan if lane.adapter is None else dataclasses.replace(plan, verify=lane.verify)
+                held[s] = JointAnswer(answer_key(max_new, stop, lane_plan), tokens, info, check)
         return self._assemble(context, max_new, strings, plans, stop, mine)
 
     def _views_that_fit(self, prompts: list[list[int]], max_new: int, joint: JointRun) -> int:
