@@ -125,9 +125,12 @@ class ModelRunner:
             logits = logits[:, -keep:]
         return logits.float()
 
-    def pick(self, logits: Any, with_gaps: bool = True) -> tuple[list[list[int]], list[list[float]]]:
-        """Argmax and (``with_gaps``) top-two gap of every position: ([rows][positions], same)."""
+    def pick(self, logits: Any, with_gaps: bool = True, out: Any = None) -> tuple[list[list[int]], list[list[float]]]:
+        """Argmax and (``with_gaps``) top-two gap of every position: ([rows][positions], same). ``out``: a
+        ``[rows, positions]`` tensor the argmax is also copied into, on the device (a decode step's next inputs)."""
         best = logits.argmax(dim=-1)  # the same tie-breaking as generate's greedy argmax
+        if out is not None:
+            out.copy_(best)
         if not with_gaps:
             return best.tolist(), []
         top = self.torch.topk(logits, 2, dim=-1)
