@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import random
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import _common
+from _stand_in import Budget, stand_in_model
 
 PARTS = ("forward", "pick", "take", "release", "trim", "open", "rest")
 BUCKETS = ((1, 1), (2, 4), (5, 16), (17, 64), (65, 128), (129, 256), (257, 1 << 30))
@@ -56,6 +58,7 @@ class Meter:
     join: float = 0.0
     in_step: bool = False
     shapes: set[tuple[int, int]] = field(default_factory=set)
+    copies: int = 0
     current: dict[str, float] = field(default_factory=dict)
 
     def add(self, part: str, seconds: float) -> None:
@@ -138,6 +141,21 @@ def instrument(meter: Meter) -> Callable[[], None]:
         finally:
             meter.join += time.perf_counter() - t0
 
+    from lm_eval_toolfid.engine.kv_store import KVStore
+
+    place, indices = KVStore.place, getattr(KVStore, "_indices", None)
+
+    def counted_place(kv: Any, slot: int, first: int, src: Any) -> None:
+        meter.copies += 2 * len(kv) * len(src.spans)
+        place(kv, slot, first, src)
+
+    def counted_indices(self: Any, group: Any) -> Any:
+        meter.copies += 2 * self.n_layers
+        return indices(self, group)  # type: ignore[misc]
+
+    patch(KVStore, "place", staticmethod(counted_place))
+    if indices is not None:
+        patch(KVStore, "_indices", counted_indices)
     patch(ModelRunner, "forward", timed_forward)
     patch(decode_batch.DecodeBatch, "step", timed_step)
     patch(Admission, "admit", timed_admit)
@@ -173,8 +191,10 @@ def task_defaults() -> tuple[dict[str, Any], dict[str, Any]]:
     return task.get("generation_kwargs") or {}, task.get("metadata") or {}
 
 
-def view_rows(model: Any, model_path: str, n_cases: int, max_new: int | None) -> tuple[Callable[[], list[Any]], int]:
-    """A function making the view's rows (fresh stop rules each call), and the pad id."""
+def view_rows(model: Any, model_path: str, n_cases: int, max_new: int | None,
+              lengths: list[int] | None = None) -> tuple[Callable[[], list[Any]], int]:
+    """A function making the view's rows (fresh stop rules each call), and the pad id. ``lengths``: each row stops
+    after that many tokens instead (the stand-in model's rows)."""
     from transformers import AutoTokenizer
 
     from lm_eval_toolfid.cases.load import load_cases
@@ -198,6 +218,8 @@ def view_rows(model: Any, model_path: str, n_cases: int, max_new: int | None) ->
     pad = tok.pad_token_id if tok.pad_token_id is not None else (eos[0] if eos else 0)
 
     def make() -> list[Any]:
+        if lengths is not None:
+            return [Row(prompt=p, max_new=budget, stopper=Budget(n)) for p, n in zip(prompts, lengths)]
         return [Row(prompt=p, max_new=budget, stopper=RowStopper(tok, eos, until, budget, call_end=s, prefix=x))
                 for p, s, x in zip(prompts, single, prefixes)]
 
@@ -226,7 +248,8 @@ def report(meter: Meter, wall: float, tokens: int, stats: Any, device: Any) -> N
           f"{sum(1 for s in steps if 'release' in s)}; distinct (rows, columns) shapes {len(meter.shapes)}")
     print(f"  admission (prompt passes) {meter.admit:.3f} s, of which forward calls {meter.admit_forward:.3f} s; "
           f"joining the batch {meter.join:.3f} s; decode steps {step_wall:.3f} s; the rest of run "
-          f"{wall - meter.admit - meter.join - step_wall:.3f} s")
+          f"{wall - meter.admit - meter.join - step_wall:.3f} s; KV copy ops placing rows (prompt passes, joins) "
+          f"{meter.copies}")
     print(f"  {'decode step part':18s} {'total':>9s} {'share':>6s} {'per step':>10s} {'per row-step':>13s}")
     for p in PARTS:
         print(f"  {p:18s} {total[p]:8.3f}s {100 * total[p] / max(step_wall, 1e-9):5.1f}% "
@@ -282,6 +305,10 @@ def main() -> None:
     parser.add_argument("--sdpa", default="default", choices=("default", "cudnn", "efficient", "flash", "math"),
                         help="the attention backend torch's SDPA may use (default: its own choice)")
     parser.add_argument("--profile", action="store_true", help="torch.profiler summary of the last run")
+    parser.add_argument("--stand-in", action="store_true", help="a stand-in model without arithmetic "
+                        "(bench/_stand_in.py): only the engine's own work is timed; rows stop after the lengths of "
+                        "--lengths-from, else of a spread like the real view's")
+    parser.add_argument("--lengths-from", default=None, help="a --tokens-out file: the stand-in's row lengths")
     parser.add_argument("--tokens-out", default=None, help="write every row's tokens (JSON)")
     parser.add_argument("--tokens-ref", default=None, help="compare every row's tokens with this file")
     args = parser.parse_args()
@@ -303,8 +330,20 @@ def main() -> None:
     repeat = args.repeat or (2 if device.type == "cuda" else 1)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {n_threads} torch thread(s)"
     print(f"{Path(path).name}, {str(dtype).removeprefix('torch.')}, {where}, torch {torch.__version__}")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
-    make_rows, pad = view_rows(model, path, args.cases, args.max_new)
+    lengths = None
+    if args.stand_in:
+        model = stand_in_model(path, dtype, device)
+        budget = args.max_new or int(task_defaults()[0].get("max_gen_toks", 192))
+        if args.lengths_from:
+            lengths = [max(1, len(t)) for t in json.loads(Path(args.lengths_from).read_text())][:args.cases]
+        else:  # about the real view's spread (SmolLM2, plain-v3): median ~45 tokens, 1 row in 10 to the budget
+            rng = random.Random(0)
+            lengths = [budget if rng.random() < 0.1 else min(budget, max(1, int(rng.lognormvariate(3.8, 0.45))))
+                       for _ in range(args.cases)]
+        print(f"stand-in model (no arithmetic): rows of {sum(lengths)} tokens, the longest {max(lengths)}")
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    make_rows, pad = view_rows(model, path, args.cases, args.max_new, lengths)
 
     def sync() -> None:
         if device.type == "cuda":

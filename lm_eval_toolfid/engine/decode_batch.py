@@ -79,8 +79,8 @@ class DecodeBatch:
         return finished
 
     def _release(self, done: list[int]) -> None:
-        """Free the slots of finished rows: the last live row moves into each (one row copied, not the batch; the
-        rows of one step in one copy per buffer)."""
+        """Free the slots of finished rows: the last live row moves into each (one row copied, not the batch; on a
+        GPU the rows of one step in one copy per buffer)."""
         rows = self.rows
         self.shared -= sum(1 for b in done if rows[b].result.shared)
         slot = list(range(len(rows)))  # the slot each row of ``rows`` holds its KV in now
@@ -90,7 +90,7 @@ class DecodeBatch:
                 rows[b], slot[b] = rows[last], slot[last]
             rows.pop()
             slot.pop()
-        moves = [(src, dst) for dst, src in enumerate(slot) if src != dst]
+        moves = [(src, dst, rows[dst].length) for dst, src in enumerate(slot) if src != dst]
         if moves:
-            self.slots.move_rows(moves, max(rows[dst].length for _, dst in moves), also=(self.ids, self.positions))
+            self.slots.move_rows(moves, also=(self.ids, self.positions))
         self.slots.trim(len(rows), max((live.length for live in rows), default=0))
