@@ -186,6 +186,34 @@ def test_shared_prefixes_give_the_tokens_of_whole_prompts(fixture_model: dict, b
     assert _same_or_near_tie(verified, whole, f"{view} verified") == 0
 
 
+def test_gpu_copies_and_rows_leaving_together_give_the_same_tokens(fixture_model: dict, base_tokens: list) -> None:
+    """The copies a GPU makes (every row a pass leaves joining, or a shared prefix going into a pass, in one
+    indexed copy per buffer), and rows stopping in the same step (budgets that end together, the rows behind
+    them moving into their slots at once): the same tokens, row by row."""
+    from lm_eval_toolfid.engine.decode_batch import DecodeBatch
+
+    moved: list[int] = []
+    real = DecodeBatch._release
+
+    def spy(self, done):  # noqa: ANN001, ANN202
+        moved.append(sum(1 for b in done if b < len(self.rows) - len(done)))
+        return real(self, done)
+
+    budgets = [3 + 4 * (i % 3) for i in range(len(base_tokens))]
+    with _view(fixture_model, None), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(DecodeBatch, "_release", spy)
+        engine = _engine(fixture_model, max_batch=64)
+        engine.kv.indexed_copies = True
+        out = engine.run(_rows(fixture_model))
+        rows = _rows(fixture_model)
+        for row, budget in zip(rows, budgets):
+            row.max_new = row.stopper.max_new = budget
+        cut = _engine(fixture_model, max_batch=64).run(rows)
+    assert [r.tokens for r in out] == base_tokens
+    assert [r.tokens for r in cut] == [t[:b] for t, b in zip(base_tokens, budgets)]
+    assert max(moved) > 1  # several rows moved in one step
+
+
 def test_drafts_are_verified_in_passes_of_like_length(fixture_model: dict, base_tokens: list,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A verification pass reads its rows' KV up to the longest prompt among them, so rows admitted together

@@ -4,7 +4,7 @@ KV lives in :class:`~lm_eval_toolfid.engine.kv_store.DecodeSlots`."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from lm_eval_toolfid.engine.acceptance import take_token
 from lm_eval_toolfid.engine.config import EngineConfig
@@ -21,33 +21,56 @@ class DecodeBatch:
         self.runner, self.config, self.near_tie = runner, config, near_tie
         self.rows: list[LiveRow] = []
         self.slots = DecodeSlots(store, config.max_batch, spare_columns=runner.device.type == "cpu")
+        self.ids: Any = None
+        """Slot b's next input token, ``[slots, 1]`` on the model's device: a step's argmax is copied in there (no
+        ids built from Python lists, no host-to-device copy per step)."""
+        self.positions: Any = None
+        """Slot b's position, ``[slots, 1]`` on the model's device (one added per step)."""
+        self.shared = 0
+        """Live rows on a shared prefix (their tokens need top-two gaps: :func:`take_token`)."""
 
     def join(self, joining: Sequence[Joining], waiting: int) -> None:
         """Put the joining rows into free slots (``waiting``: rows not yet admitted, room a new buffer may keep
         for them)."""
         # each row appends at most (budget - emitted) more columns
         need = max(live.row.max_new - len(live.result.tokens) for live in [*self.rows, *(j.live for j in joining)]) + 1
-        self.slots.join(len(self.rows), [(j.live.length, j.kv) for j in joining], need, waiting)
+        n = len(self.rows)
+        self.slots.join(n, [(j.live.length, j.kv) for j in joining], need, waiting)
         self.rows.extend(j.live for j in joining)
+        self.shared += sum(1 for j in joining if j.live.result.shared)
+        self._place_inputs(n, [j.live for j in joining])
+
+    def _place_inputs(self, n: int, lives: Sequence[LiveRow]) -> None:
+        """The joining rows' next token and position into slots ``n..`` (the buffers grown with the slots)."""
+        torch, device = self.runner.torch, self.runner.device
+        slots = self.slots.kv[0][0].shape[0]
+        if self.ids is None or self.ids.shape[0] < slots:
+            ids, positions = (torch.zeros((slots, 1), dtype=torch.long, device=device) for _ in range(2))
+            if n:
+                ids[:n], positions[:n] = self.ids[:n], self.positions[:n]
+            self.ids, self.positions = ids, positions
+        new = torch.tensor([[live.pending, len(live.row.prompt) + len(live.result.tokens) - 1] for live in lives],
+                           dtype=torch.long).to(device)
+        self.ids[n:n + len(lives)] = new[:, :1]
+        self.positions[n:n + len(lives)] = new[:, 1:]
 
     def step(self) -> list[LiveRow]:
         """One decode step for every live row (slots ``0..n-1`` of the buffers: views, no copy); returns the rows
         that stopped, which leave at once."""
-        torch, runner, record = self.runner.torch, self.runner, self.config.record_gaps
+        runner, record = self.runner, self.config.record_gaps
         n = len(self.rows)
-        ids = torch.tensor([[live.pending] for live in self.rows], dtype=torch.long)
-        positions = torch.tensor([[len(live.row.prompt) + len(live.result.tokens) - 1] for live in self.rows],
-                                 dtype=torch.long)
         cache, mask = self.slots.open_step(n)
-        logits = runner.forward(ids, mask, positions, cache, 1, step=True, views=[live.row.view for live in self.rows])
-        best, gaps = runner.pick(logits, with_gaps=record or runner.joint
-                                                   or any(live.result.shared for live in self.rows))
+        logits = runner.forward(self.ids[:n], mask, self.positions[:n], cache, 1, step=True,
+                                views=[live.row.view for live in self.rows] if runner.joint else ())
+        best, gaps = runner.pick(logits, with_gaps=record or runner.joint or self.shared > 0, out=self.ids[:n])
+        self.positions[:n] += 1
         finished, done = [], []
+        near_tie = self.near_tie
         for b, live in enumerate(self.rows):
             token = best[b][0]
             live.length += 1
             if take_token(live.result, live.row, token, gaps[b][0] if gaps else 0.0, verified=False,
-                          near_tie=self.near_tie, record=record):
+                          near_tie=near_tie, record=record):
                 finished.append(live)
                 done.append(b)
             else:
@@ -57,11 +80,18 @@ class DecodeBatch:
         return finished
 
     def _release(self, done: list[int]) -> None:
-        """Free the slots of finished rows: the last live row moves into each (one row copied, not the batch)."""
+        """Free the slots of finished rows: the last live row moves into each (one row copied, not the batch; on a
+        GPU the rows of one step in one copy per buffer)."""
+        rows = self.rows
+        self.shared -= sum(1 for b in done if rows[b].result.shared)
+        slot = list(range(len(rows)))  # the slot each row of ``rows`` holds its KV in now
         for b in sorted(done, reverse=True):
-            last = len(self.rows) - 1
+            last = len(rows) - 1
             if b != last:
-                self.slots.move(last, b, self.rows[last].length)
-                self.rows[b] = self.rows[last]
-            self.rows.pop()
-        self.slots.trim(len(self.rows), max((live.length for live in self.rows), default=0))
+                rows[b], slot[b] = rows[last], slot[last]
+            rows.pop()
+            slot.pop()
+        moves = [(src, dst, rows[dst].length) for dst, src in enumerate(slot) if src != dst]
+        if moves:
+            self.slots.move_rows(moves, also=(self.ids, self.positions))
+        self.slots.trim(len(rows), max((live.length for live in rows), default=0))

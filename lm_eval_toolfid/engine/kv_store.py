@@ -6,7 +6,8 @@ A row's KV after a pass is named by a :class:`KVRef` (per-layer key/value buffer
 prefix store (:meth:`~KVStore.gather`), keeps a subset of rows (:meth:`~KVStore.select`), and wraps buffers as the
 cache a forward pass writes into (:meth:`~KVStore.cache`). :class:`DecodeSlots` holds the decode batch's buffers:
 rows join right-aligned at column ``T`` (reallocated only when they do not fit), a finished row's slot is taken by
-the last live row, and columns no live row uses are dropped once they are a quarter of the buffer.
+the last live row, and columns no live row uses are dropped (no longer read; nothing copied) once they are a quarter
+of those a step reads.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class KVStore:
         self.device = device
         self.n_layers = n_layers
         self.SlotLayer, self.SlotCache = slot_cache_classes()
+        self.indexed_copies = device.type != "cpu"
+        """:meth:`place_many` copies the rows of one source in one indexed copy per buffer (a GPU: one kernel, not a
+        launch per row and span); on the CPU a slice per row and span is faster (measured: 3.7x)."""
 
     def alloc(self, like: LayerKV, slots: int, columns: int) -> list[tuple[Any, Any]]:
         """Zeroed per-layer buffers of ``slots`` rows and ``columns`` columns, heads, dim and dtype as ``like``'s."""
@@ -58,6 +62,38 @@ class KVStore:
                 k[slot, :, col:col + n] = sk[src.slot, :, a:a + n]
                 v[slot, :, col:col + n] = sv[src.slot, :, a:a + n]
                 col += n
+
+    def place_many(self, kv: LayerKV, items: Sequence[tuple[int, int, KVRef]]) -> None:
+        """:meth:`place` for each ``(slot, first, src)``; with :attr:`indexed_copies`, the rows whose KV is in the same
+        buffers in one copy per layer's keys and values."""
+        groups: dict[int, list[tuple[int, int, KVRef]]] = {}
+        for item in items:
+            groups.setdefault(id(item[2].kv[0][0]), []).append(item)
+        for group in groups.values():
+            if len(group) == 1 or not self.indexed_copies:
+                for slot, first, src in group:
+                    self.place(kv, slot, first, src)
+                continue
+            dst_row, src_row, dst_col, src_col = self._indices(group)
+            for (k, v), (sk, sv) in zip(kv, group[0][2].kv):
+                k[dst_row, :, dst_col] = sk[src_row, :, src_col]
+                v[dst_row, :, dst_col] = sv[src_row, :, src_col]
+
+    def _indices(self, group: Sequence[tuple[int, int, KVRef]]) -> tuple[Any, Any, Any, Any]:
+        """Every copied column of ``group`` as (destination row, source row, destination column, source column)."""
+        torch = self.torch
+        segments = []  # (destination row, source row, destination column, source column, columns)
+        for slot, first, src in group:
+            col = first
+            for a, n in src.spans:
+                segments.append((slot, src.slot, col, a, n))
+                col += n
+        seg = torch.tensor(segments, dtype=torch.long)
+        lengths = seg[:, 4]
+        each = torch.repeat_interleave(torch.arange(len(segments)), lengths)
+        within = torch.arange(int(lengths.sum())) - torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths)
+        parts = (seg[each, 0], seg[each, 1], seg[each, 2] + within, seg[each, 3] + within)
+        return tuple(t.to(self.device) for t in parts)  # type: ignore[return-value]
 
     def gather(self, src: KVRef) -> list[tuple[Any, Any]]:
         """``src``'s KV as one contiguous ``[1, heads, length, dim]`` pair per layer (a copy)."""
@@ -88,7 +124,8 @@ class KVStore:
 
 class DecodeSlots:
     """The decode batch's KV: per-layer ``[slots, heads, capacity, dim]`` buffers and a ``[slots, capacity]`` mask,
-    live rows in slots ``0..n-1``, every one ending at column ``T`` (left padding)."""
+    live rows in slots ``0..n-1``, every one ending at column ``T`` (left padding); a step reads columns
+    ``lo..T`` (the columns before ``lo`` no live row uses: dropped without copying)."""
 
     def __init__(self, store: KVStore, max_batch: int, spare_columns: bool) -> None:
         self.store = store
@@ -98,76 +135,108 @@ class DecodeSlots:
         self.kv: list[tuple[Any, Any]] = []
         self.mask: Any = None
         self.T = 0
+        self.lo = 0
         self.cap = 0
+        self.opened: tuple[int, int, Any] | None = None
+        """The last step's ``(rows, T after it, cache)``: the next step of as many rows, nothing moved or joined
+        since, appends to the same cache (its layers stand exactly where a new one's would)."""
 
     def join(self, n: int, joins: Sequence[tuple[int, KVRef]], need: int, waiting: int) -> None:
-        """Rows ``(length, KV)`` into slots ``n..`` (``n`` live rows before them), right-aligned at the new ``T``.
+        """Rows ``(length, KV)`` into slots ``n..`` (``n`` live rows before them), right-aligned at ``T``.
 
         The buffers are reused while the rows fit: enough free slots, and room for ``need`` more columns (each
-        row's remaining budget). Otherwise (or when a joining row is longer than ``T``) they are allocated again,
-        with room for ``waiting`` rows more up to ``max_batch``, the live rows copied in: once per admission at
-        most, never per step."""
+        row's remaining budget) after the live rows' and the joining rows' columns. A joining row longer than the
+        live rows' columns starts left of them (or, without room there, the live rows move: once, in place).
+        Otherwise they are allocated again, with room for ``waiting`` rows more up to ``max_batch``, the live rows
+        copied in: once per admission at most, never per step. Live rows' masks are 0 outside their own columns."""
         torch = self.store.torch
+        self.opened = None
         m = len(joins)
-        T = max([self.T, *(length for length, _ in joins)])
-        fits = bool(self.kv) and n + m <= self.kv[0][0].shape[0] and T + need <= self.cap
-        if fits and T > self.T and n:  # a longer row joins: the live rows move right, in place
-            shift = T - self.T
-            for k, v in self.kv:
-                k[:n, :, shift:T] = k[:n, :, :self.T].clone()
-                v[:n, :, shift:T] = v[:n, :, :self.T].clone()
-            self.mask[:n, shift:T] = self.mask[:n, :self.T].clone()
-            self.mask[:n, :shift] = 0
-        elif not fits:
+        width = self.T - self.lo  # the live rows' columns
+        W = max([width, *(length for length, _ in joins)])  # the columns a step reads after the join
+        room = bool(self.kv) and n + m <= self.kv[0][0].shape[0] and W + need <= self.cap
+        if room and self.T >= W and self.T + need <= self.cap:  # nothing moves
+            self.lo = self.T - W
+        elif room:  # the live rows move to columns W - width..W, in place
+            shift = W - width
+            if n:
+                for k, v in self.kv:
+                    k[:n, :, shift:W] = k[:n, :, self.lo:self.T].clone()
+                    v[:n, :, shift:W] = v[:n, :, self.lo:self.T].clone()
+                self.mask[:n, shift:W] = self.mask[:n, self.lo:self.T].clone()
+                self.mask[:n, :shift] = 0
+                self.mask[:n, W:] = 0
+            self.lo, self.T = 0, W
+        else:
             slots = max(n + m, min(self.max_batch, n + m + waiting))
             # CPU: room for rows that join later without moving the others (auto caps the batch at 64 rows, memory
             # is plentiful); CUDA: exactly what auto's memory estimate counted (the whole view is usually one batch)
-            cap = T + need + (T // 4 if self.spare_columns else 0)
+            cap = W + need + (W // 4 if self.spare_columns else 0)
             kv = self.store.alloc(joins[0][1].kv, slots, cap)
-            mask = torch.zeros((slots, cap), dtype=torch.long)
+            mask = torch.zeros((slots, cap), dtype=torch.long, device=self.store.device)
             if n:
                 for (k, v), (ok, ov) in zip(kv, self.kv):
-                    k[:n, :, T - self.T:T] = ok[:n, :, :self.T]
-                    v[:n, :, T - self.T:T] = ov[:n, :, :self.T]
-                mask[:n, T - self.T:T] = self.mask[:n, :self.T]
+                    k[:n, :, W - width:W] = ok[:n, :, self.lo:self.T]
+                    v[:n, :, W - width:W] = ov[:n, :, self.lo:self.T]
+                mask[:n, W - width:W] = self.mask[:n, self.lo:self.T]
             self.kv, self.mask, self.cap = kv, mask, cap
-        for j, (length, src) in enumerate(joins):
-            self.store.place(self.kv, n + j, T - length, src)
-            self.mask[n + j] = 0
-            self.mask[n + j, T - length:T] = 1
-        self.T = T
+            self.lo, self.T = 0, W
+        T = self.T
+        self.store.place_many(self.kv, [(n + j, T - length, src) for j, (length, src) in enumerate(joins)])
+        first = T - torch.tensor([length for length, _ in joins], dtype=torch.long).to(self.store.device)
+        cols = torch.arange(self.cap, device=self.store.device)
+        self.mask[n:n + m] = (cols >= first[:, None]) & (cols < T)  # each joining row: 1 on its own columns
 
     def open_step(self, n: int) -> tuple[Any, Any]:
-        """The cache and mask of one decode step of the ``n`` live rows (views of the buffers, no copy): the
-        step's token takes column ``T`` (``T`` moves past it)."""
-        T = self.T
+        """The cache and mask of one decode step of the ``n`` live rows (views of columns ``lo..`` of the buffers,
+        no copy): the step's token takes column ``T`` (``T`` moves past it)."""
+        T, lo = self.T, self.lo
         self.mask[:n, T] = 1
-        cache = self.store.cache([self.store.SlotLayer(self.cap, k[:n], v[:n], length=T) for k, v in self.kv])
+        opened = self.opened
+        if opened is not None and opened[0] == n and opened[1] == T:
+            cache = opened[2]
+        else:
+            cache = self.store.cache([self.store.SlotLayer(self.cap - lo, k[:n, :, lo:], v[:n, :, lo:], length=T - lo)
+                                      for k, v in self.kv])
         self.T = T + 1
-        return cache, self.mask[:n, :T + 1]
+        self.opened = (n, T + 1, cache)
+        return cache, self.mask[:n, lo:T + 1]
 
-    def move(self, src: int, dst: int, length: int) -> None:
-        """Slot ``src``'s last ``length`` columns (up to ``T``) and mask into slot ``dst`` (a finished row's slot
-        taken)."""
+    def move_rows(self, moves: Sequence[tuple[int, int, int]], also: Sequence[Any] = ()) -> None:
+        """For each ``(src, dst, length)`` of ``moves``, slot ``src``'s last ``length`` columns (up to ``T``), its
+        mask and its rows of the per-slot tensors ``also`` into slot ``dst`` (finished rows' slots taken). With
+        :attr:`KVStore.indexed_copies`, one copy per buffer for all the moves, from the longest moved row's first
+        column (a row's columns before its own are masked: what they hold is never read)."""
         T = self.T
-        first = T - length
-        for k, v in self.kv:
-            k[dst, :, first:T] = k[src, :, first:T]
-            v[dst, :, first:T] = v[src, :, first:T]
-        self.mask[dst] = self.mask[src]
+        if len(moves) == 1 or not self.store.indexed_copies:
+            for src, dst, length in moves:
+                first = T - length
+                for k, v in self.kv:
+                    k[dst, :, first:T] = k[src, :, first:T]
+                    v[dst, :, first:T] = v[src, :, first:T]
+                self.mask[dst] = self.mask[src]
+                for t in also:
+                    t[dst] = t[src]
+        else:
+            torch, device = self.store.torch, self.store.device
+            first = T - max(length for _, _, length in moves)
+            src, dst = (torch.tensor(list(i), dtype=torch.long).to(device) for i in list(zip(*moves))[:2])
+            for k, v in self.kv:
+                k[dst, :, first:T] = k[src, :, first:T]
+                v[dst, :, first:T] = v[src, :, first:T]
+            self.mask[dst] = self.mask[src]
+            for t in also:
+                t[dst] = t[src]
+        self.opened = None
 
     def trim(self, n: int, longest: int) -> None:
-        """``n`` live rows, the longest ``longest`` columns: drop the columns before them once they are a quarter
-        of ``T`` (and more than 64); none left: start over at column 0."""
+        """``n`` live rows, the longest ``longest`` columns: steps stop reading the columns before them once they
+        are a quarter of the columns read (and more than 64; nothing is copied); none left: start over at column
+        0."""
+        self.opened = None
         if not n:
-            self.T = 0
+            self.T = self.lo = 0
             return
-        T = self.T
-        first = T - longest
-        if first > max(64, T // 4):
-            for k, v in self.kv:
-                k[:n, :, :T - first] = k[:n, :, first:T].clone()
-                v[:n, :, :T - first] = v[:n, :, first:T].clone()
-            self.mask[:n, :T - first] = self.mask[:n, first:T].clone()
-            self.mask[:n, T - first:] = 0
-            self.T = T - first
+        width = self.T - self.lo
+        if width - longest > max(64, width // 4):
+            self.lo = self.T - longest

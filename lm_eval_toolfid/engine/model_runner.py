@@ -137,10 +137,27 @@ class ModelRunner:
             logits = logits[:, -keep:]
         return logits.float()
 
-    def pick(self, logits: Any, with_gaps: bool = True) -> tuple[list[list[int]], list[list[float]]]:
-        """Argmax and (``with_gaps``) top-two gap of every position: ([rows][positions], same)."""
-        best = logits.argmax(dim=-1)  # the same tie-breaking as generate's greedy argmax
+    def pick(self, logits: Any, with_gaps: bool = True, out: Any = None) -> tuple[list[list[int]], list[list[float]]]:
+        """Argmax and (``with_gaps``) top-two gap of every position: ([rows][positions], same). ``out``: a
+        ``[rows, positions]`` tensor the argmax is also copied into, on the device (a decode step's next inputs).
+
+        With gaps, one pass (``topk``) gives both: where the top two differ, the top one's index is the argmax; where
+        they tie (or are not numbers) ``topk`` may name either, so argmax (the first, as ``generate`` takes it) is
+        asked there."""
         if not with_gaps:
+            best = logits.argmax(dim=-1)  # the same tie-breaking as generate's greedy argmax
+            if out is not None:
+                out.copy_(best)
             return best.tolist(), []
         top = self.torch.topk(logits, 2, dim=-1)
-        return best.tolist(), (top.values[..., 0] - top.values[..., 1]).tolist()
+        if out is not None:
+            out.copy_(top.indices[..., 0])
+        gaps = (top.values[..., 0] - top.values[..., 1]).tolist()
+        best = top.indices[..., 0].tolist()
+        for r, row in enumerate(gaps):
+            for p, gap in enumerate(row):
+                if not gap > 0:  # a tie at the top (or NaN)
+                    best[r][p] = first = int(logits[r, p].argmax())
+                    if out is not None:
+                        out[r, p] = first
+        return best, gaps

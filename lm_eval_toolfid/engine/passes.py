@@ -87,9 +87,7 @@ def run_pass(runner: ModelRunner, store: KVStore, entries: Sequence[PassEntry], 
         cache = store.empty_cache(S)
     else:
         kv = store.alloc(next(e.prefix for e in entries if e.depth).kv, B, P + S)
-        for r, e in enumerate(entries):
-            if e.depth:
-                store.place(kv, r, P - e.depth, e.prefix)
+        store.place_many(kv, [(r, P - e.depth, e.prefix) for r, e in enumerate(entries) if e.depth])
         cache = store.cache(store.layers(kv, P))
     logits = runner.forward(ids, mask, positions, cache, keep, views=[e.view for e in entries])
     return PassOut(logits, tuple(KVRef.of_layers(cache.layers, r, s) for r, s in enumerate(spans)))
