@@ -44,13 +44,23 @@ def generation_paths(rows: list[Any]) -> str:
     for row in rows:
         gen = (row.toolfid or {}).get("generation") or {}
         if gen.get("verify_reason"):
-            by_reason.setdefault(gen["verify_reason"], []).append(row.label)
+            by_reason.setdefault(gen["verify_reason"] + drafting_note(gen), []).append(row.label)
     import shutil
     import textwrap
 
     width = max(40, shutil.get_terminal_size((120, 24)).columns - 1)
     return "\n".join(textwrap.fill(f"tokens of {', '.join(labels)}: {reason}", width=width, subsequent_indent="    ",
                                    break_on_hyphens=False) for reason, labels in by_reason.items())
+
+
+def drafting_note(gen: dict[str, Any]) -> str:
+    """What a verified view's header line adds when its drafts were rejected early and drafting stopped
+    (:mod:`lm_eval_toolfid.engine.draft_budget`); empty otherwise."""
+    stop = gen.get("drafting_stopped")
+    if not stop:
+        return ""
+    return (f"; drafting stopped after {stop.get('after_rows')} rows: {stop.get('reason')}, so "
+            f"{gen.get('rows_draft_dropped', 0)} of {gen.get('rows', 0)} rows were decoded instead")
 
 
 def verification_note(rows: list[Any]) -> str:

@@ -45,6 +45,7 @@ from lm_eval.models.utils_hf import stop_sequences_criteria
 from lm_eval_toolfid.engine.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
 from lm_eval_toolfid.engine.decoding import (EngineConfig, EngineUnsupported, GreedyEngine, Row, engine_unsupported,
                                               near_tie_for)
+from lm_eval_toolfid.engine.draft_budget import drafting_stopped
 from lm_eval_toolfid.engine.stopping import RowStopper, eos_token_ids, make_stopping_criteria
 from lm_eval_toolfid.engine.verify_policy import VerifyChoice, choose_verify, combine_requests
 from lm_eval_toolfid.integrations.lm_eval.hints import RequestHints, hints_of
@@ -372,6 +373,7 @@ class ToolfidHFLM(HFLM):
         self.engine_seconds += time.monotonic() - started
         out = torch.full((context.shape[0], context.shape[1] + max_new), pad_id, dtype=context.dtype)
         out[:, :context.shape[1]] = context.cpu()
+        draft_stop = drafting_stopped(self._last_engine)
         for i, (s, res, plan, source, choice) in enumerate(zip(strings, results, plans, sources, choices)):
             tokens = res.answer
             if tokens:
@@ -388,6 +390,7 @@ class ToolfidHFLM(HFLM):
                 "prompt_tokens": len(prompts[i]), "prompt_tokens_shared": res.shared,
                 "shared_near_ties": res.shared_near_ties, "near_tie_tolerance": self._last_engine.near_tie,
                 "decode_batch": used, "oom_halvings": halvings,
+                "draft_dropped": res.draft_dropped, "drafting_stopped": draft_stop,
             }
         return out.to(context.device)
 
