@@ -273,7 +273,8 @@ def test_toolfid_run_header_says_where_drafting_stopped(toolfid_home: Path, tmp_
     assert main(["run", "--base", paths["base"], "--adapter", paths["adapters"]["hallucinating"], "--adapter",
                  paths["adapters"]["faithful"], "--cases", "fixture", "--limit", "24", "--no-breakdown",
                  "--output", str(out)]) == 0
-    header = " ".join(capsys.readouterr().out.split("adapter  valid")[0].split())
+    text = " ".join(capsys.readouterr().out.split())
+    header = text.split("adapter valid")[0]
     results = {v: json.loads((out / v / "results.json").read_text()) for v in ("hallucinating", "faithful")}
     records = {v: _generation_record(r, next(iter(r["configs"]))) for v, r in results.items()}
     early, faithful = records["hallucinating"], records["faithful"]
@@ -288,6 +289,8 @@ def test_toolfid_run_header_says_where_drafting_stopped(toolfid_home: Path, tmp_
     assert "tokens of faithful: verified against the base's answers: exact in float32 and cheaper than decoding " \
            "(--no-verify decodes)" in header and "faithful: verified against the base's answers: exact in float32 " \
            "and cheaper than decoding (--no-verify decodes);" not in header
+    # and the note under the table, where the share of tokens accepted is low because drafting stopped
+    assert "cases without decoding; drafting stopped after 8 rows)" in text.split("adapter valid")[1]
 
 
 # --- through toolfid run and the lm_eval flow ----------------------------------------------------

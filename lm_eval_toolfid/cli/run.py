@@ -75,8 +75,10 @@ def verification_note(rows: list[Any]) -> str:
                                f"{gen.get('prefix_near_tie_cases', 0)} case(s)")
         if not gen.get("rows_verified") or not gen.get("tokens"):
             continue
+        stop = gen.get("drafting_stopped")
         parts.append(f"{row.label} {gen['tokens_accepted'] / gen['tokens']:.0%} "
-                     f"({gen.get('rows_answered_by_verification', 0)}/{gen['rows']} cases without decoding)")
+                     f"({gen.get('rows_answered_by_verification', 0)}/{gen['rows']} cases without decoding"
+                     + (f"; drafting stopped after {stop.get('after_rows')} rows" if stop else "") + ")")
         tol = gen.get("near_tie_tolerance", tol)
         if gen.get("near_tie_tokens"):
             ties.append(f"{row.label} {gen['near_tie_tokens']} token(s) in {gen['near_tie_cases']} case(s)")

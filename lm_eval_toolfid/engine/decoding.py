@@ -11,7 +11,13 @@ argmax; a draft only decides how many of them are computed in one parallel forwa
   each), appended to the prompt's cache; draft token *j* is accepted while the model's argmax before
   it equals it and the row's stop rules have not ended it; at the first difference the argmax is the
   row's next token and the row continues by decode steps from the cache of the accepted prefix. A
-  row whose whole answer is accepted up to its stop never decodes.
+  row whose whole answer is accepted up to its stop never decodes;
+- **drafting stopped** (:mod:`~lm_eval_toolfid.engine.draft_budget`): verification costs passes that pay only
+  where drafts are accepted. The first passes of a run's drafting rows are tallied (draft tokens sent, tokens
+  gained: the accepted ones and the one after them); once ``draft_probe_rows`` rows (8), verified before the
+  others, have had one and they gained less than ``draft_min_gain`` (0.4) per token sent, every later row whose
+  first token matched its draft decodes from its prompt pass instead, exactly as a plain row does
+  (:attr:`RowResult.draft_dropped`). Rows already verifying go on; faithful drafts are verified end to end.
 
 The stages, each in its module, and what each hands the next (:mod:`~lm_eval_toolfid.engine.handoffs`):
 
@@ -27,7 +33,8 @@ The stages, each in its module, and what each hands the next (:mod:`~lm_eval_too
    draft's), with a ``KVRef`` to its KV;
 3. **draft verification** (:mod:`~lm_eval_toolfid.engine.draft_verify`): the ``Drafting`` rows, in groups of
    like prompt length, verify their drafts chunk by chunk on one cache; each row comes back finished or
-   ``Joining``;
+   ``Joining`` — unless the draft budget (:mod:`~lm_eval_toolfid.engine.draft_budget`) has stopped drafting:
+   then the rows join the decode batch from their prompt pass;
 4. **join the decode batch** (:mod:`~lm_eval_toolfid.engine.decode_batch`): joining rows' KV is copied into
    free slots of preallocated per-layer buffers (slots x heads x columns x dim, right-aligned, left padding,
    explicit mask and positions), reallocated only when they do not fit;
