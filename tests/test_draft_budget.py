@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from lm_eval_toolfid.engine.config import EngineConfig
-from lm_eval_toolfid.engine.draft_budget import DraftBudget, decode_without_drafts, drafting_stopped
-from lm_eval_toolfid.engine.handoffs import Drafting
+from lm_eval_toolfid.engine.draft_budget import DraftBudget, DraftBudgets, decode_without_drafts, drafting_stopped
+from lm_eval_toolfid.engine.handoffs import Drafting, Outcome
 from lm_eval_toolfid.engine.rows import LiveRow, Row, RowResult
 
 
@@ -59,7 +59,7 @@ def test_zero_probe_rows_never_stops() -> None:
     budget = DraftBudget(probe_rows=0, min_gain=0.4, first_chunk=16)
     for _ in range(100):
         budget.record(16, 0)
-    assert budget.drafting and budget.probe_first([1, 2, 3]) == [[1, 2, 3]]  # type: ignore[list-item]
+    assert budget.drafting and budget.probe_need == 0
 
 
 @pytest.mark.parametrize("draft_len, verified, expected", [
@@ -72,22 +72,49 @@ def test_a_rows_first_pass_from_its_result(draft_len: int, verified: int, expect
     assert DraftBudget(8, 0.4, 16).first_pass(draft_len, verified) == expected
 
 
-def test_the_probe_rows_go_first_alone() -> None:
-    budget = DraftBudget(probe_rows=3, min_gain=0.4, first_chunk=16)
-    rows = list(range(10))
-    assert budget.probe_first(rows) == [[0, 1, 2], list(range(3, 10))]  # type: ignore[arg-type]
-    budget.record(16, 16)
-    assert budget.probe_first(rows) == [[0, 1], list(range(2, 10))]  # type: ignore[arg-type]
-    assert budget.probe_first(rows[:2]) == [[0, 1]]  # type: ignore[arg-type]
-    budget.record(16, 16)
-    budget.record(16, 16)
-    assert budget.probe_first(rows) == [rows] and budget.probe_first([]) == []  # type: ignore[arg-type]
-
-
-def _drafting(prompt: list[int], draft: list[int], first: int) -> Drafting:
+def _drafting(prompt: list[int], draft: list[int], first: int, view: str | None = None) -> Drafting:
     row = Row(prompt=prompt, stopper=SimpleNamespace(push=lambda t: None), max_new=8, draft=draft)
+    if view is not None:
+        row.view = view  # type: ignore[attr-defined]  # a view's adapter name (several views in one run)
     live = LiveRow(index=0, row=row, result=RowResult(tokens=[first], draft_len=len(draft), accepted=1))
     return Drafting(live, kv=SimpleNamespace())  # type: ignore[arg-type]
+
+
+def test_the_probe_rows_go_first_alone() -> None:
+    budgets = DraftBudgets(EngineConfig(draft_probe_rows=3))
+    rows = [_drafting([1], [5, 6], 5) for _ in range(10)]
+    assert budgets.probe_first(rows) == [rows[:3], rows[3:]]
+    budgets.of(rows[0].live.row).record(16, 16)
+    assert budgets.probe_first(rows) == [rows[:2], rows[2:]]
+    assert budgets.probe_first(rows[:2]) == [rows[:2]]
+    budgets.of(rows[0].live.row).record(16, 16)
+    budgets.of(rows[0].live.row).record(16, 16)
+    assert budgets.probe_first(rows) == [rows] and budgets.probe_first([]) == []
+
+
+def test_each_view_has_its_own_budget() -> None:
+    """Rows of several views in one run (``Row.view``: an adapter's name): one adapter's rejected drafts stop its own
+    drafting only; each view probes its own first rows."""
+    budgets = DraftBudgets(EngineConfig(draft_probe_rows=2))
+    bad = [_drafting([1], [5] * 20, 5, view="bad") for _ in range(4)]
+    good = [_drafting([1], [5] * 20, 5, view="good") for _ in range(4)]
+    mixed = [bad[0], good[0], bad[1], bad[2], good[1], good[2], bad[3], good[3]]
+    assert budgets.probe_first(mixed) == [[bad[0], good[0], bad[1], good[1]], [bad[2], good[2], bad[3], good[3]]]
+    verified: list = []
+
+    def verify(group):  # the verification stage: bad rows gain 1 token of 16, good ones 16
+        verified.extend(group)
+        for d in group:
+            d.live.result.verified = 1 if d.live.row.view == "bad" else 16
+        return Outcome()
+
+    budgets.verify_or_decode([bad[0], good[0], bad[1], good[1]], verify)
+    assert not budgets.of(bad[0].live.row).drafting and budgets.of(good[0].live.row).drafting
+    out = budgets.verify_or_decode([bad[2], good[2], bad[3], good[3]], verify)
+    assert verified == [bad[0], good[0], bad[1], good[1], good[2], good[3]]
+    assert [j.live for j in out.joining] == [bad[2].live, bad[3].live]
+    assert budgets.stopped("bad")["after_rows"] == 2 and budgets.stopped("good") is None
+    assert budgets.stopped() is None and budgets.of(bad[0].live.row).dropped == 2
 
 
 def test_observe_tallies_the_groups_first_passes_and_dropped_rows_join_as_plain_rows_do() -> None:
@@ -113,11 +140,13 @@ def test_the_stop_reaches_the_views_record_and_the_run_header() -> None:
     budget = DraftBudget(probe_rows=2, min_gain=0.4, first_chunk=16)
     budget.record(16, 1)
     budget.record(16, 2)
-    stop = drafting_stopped(SimpleNamespace(draft_budget=budget))
+    budgets = DraftBudgets(EngineConfig())
+    budgets.by_view[None] = budget
+    stop = drafting_stopped(SimpleNamespace(draft_budgets=budgets))
     assert stop == {"after_rows": 2, "draft_tokens_sent": 32, "tokens_gained": 3, "gain": 0.0938, "min_gain": 0.4,
                     "reason": budget.stop.reason()}
-    assert drafting_stopped(SimpleNamespace(draft_budget=DraftBudget(2, 0.4, 16))) is None
-    assert drafting_stopped(SimpleNamespace()) is None
+    assert drafting_stopped(SimpleNamespace(draft_budgets=DraftBudgets(EngineConfig()))) is None
+    assert drafting_stopped(SimpleNamespace(draft_budgets=None)) is None and drafting_stopped(object()) is None
     reason = "verified against the base's answers: exact in float32"
     row = {"engine": "toolfid", "verify": True, "verify_reason": reason, "draft_tokens": 9, "tokens": 9,
            "drafting_stopped": stop}

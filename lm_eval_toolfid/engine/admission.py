@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from lm_eval_toolfid.engine.config import EngineConfig
-from lm_eval_toolfid.engine.draft_budget import DraftBudget
+from lm_eval_toolfid.engine.draft_budget import DraftBudgets
 from lm_eval_toolfid.engine.draft_verify import DraftVerifier
-from lm_eval_toolfid.engine.handoffs import Drafting, Outcome
+from lm_eval_toolfid.engine.handoffs import Outcome
 from lm_eval_toolfid.engine.kv_store import KVStore
 from lm_eval_toolfid.engine.model_runner import ModelRunner
 from lm_eval_toolfid.engine.passes import length_groups
@@ -41,8 +41,8 @@ class Admission:
         self.prefix_passes = PrefixPasses(runner, store, config, self.prefixes)
         self.prompt_pass = PromptPass(runner, store, config, near_tie, self.prefixes)
         self.verifier = DraftVerifier(runner, store, config, near_tie)
-        self.budget = DraftBudget.of(config)
-        """Whether rows still draft: the run's first verification passes tallied (draft_budget.py)."""
+        self.budgets = DraftBudgets(config)
+        """Whether a view's rows still draft: its first verification passes tallied (draft_budget.py)."""
 
     def admit(self, rows: Sequence[tuple[int, Row]]) -> Outcome:
         """Prompt passes for ``rows`` (groups of like length; a row whose prompt starts with a shared prefix computes
@@ -63,16 +63,7 @@ class Admission:
         # so one pass for all rows admitted together — sorted by prompt, not by length, when prefixes are
         # shared — made each draft chunk cost the longest row's columns for every row
         drafting = sorted(outcome.drafting, key=lambda d: -len(d.live.row.prompt))
-        for part in self.budget.probe_first(drafting):  # the draft budget's probe rows before the others
+        for part in self.budgets.probe_first(drafting):  # the draft budgets' probe rows before the others
             for group in length_groups(part, lambda d: len(d.live.row.prompt), budget, share):
-                outcome += self._verify_or_decode(group)
+                outcome += self.budgets.verify_or_decode(group, self.verifier.verify)
         return Outcome(outcome.finished, outcome.joining, (), outcome.shared_tokens)
-
-    def _verify_or_decode(self, group: Sequence[Drafting]) -> Outcome:
-        """The group's drafts verified and their first passes tallied — or, once the draft budget has stopped
-        drafting, the group decoded from its prompt passes (the same tokens, without the verification passes)."""
-        if not self.budget.drafting:
-            return self.budget.without_drafts(group)
-        verified = self.verifier.verify(group)
-        self.budget.observe(group)
-        return verified

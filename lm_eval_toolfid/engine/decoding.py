@@ -75,7 +75,7 @@ from typing import Any, Callable, Sequence
 from lm_eval_toolfid.engine.admission import Admission, admission_order
 from lm_eval_toolfid.engine.config import NEAR_TIE, NEAR_TIE_BY_DTYPE, EngineConfig, EngineStats, near_tie_for
 from lm_eval_toolfid.engine.decode_batch import DecodeBatch
-from lm_eval_toolfid.engine.draft_budget import DraftBudget
+from lm_eval_toolfid.engine.draft_budget import DraftBudget, DraftBudgets
 from lm_eval_toolfid.engine.kv_store import KVStore
 from lm_eval_toolfid.engine.model_runner import EngineUnsupported, ModelFit, ModelRunner, engine_unsupported
 from lm_eval_toolfid.engine.rows import Row, RowResult, Stopper
@@ -107,9 +107,15 @@ class GreedyEngine:
         dtype = next(model.parameters()).dtype
         self.near_tie = config.near_tie if config.near_tie is not None else near_tie_for(dtype)
         self.kv = KVStore(torch, self.runner.device, self.fit.n_layers)
-        self.draft_budget: DraftBudget | None = None
-        """The last run's draft budget: its first verification passes tallied, and whether (and why) drafting
-        stopped (:mod:`~lm_eval_toolfid.engine.draft_budget`)."""
+        self.draft_budgets: DraftBudgets | None = None
+        """The last run's draft budgets, one per view: first verification passes tallied, and whether (and why)
+        drafting stopped (:mod:`~lm_eval_toolfid.engine.draft_budget`)."""
+
+    @property
+    def draft_budget(self) -> DraftBudget | None:
+        """The last run's draft budget of its rows without a view (a run of one view); None before a run or when
+        no row of it drafted."""
+        return self.draft_budgets.by_view.get(None) if self.draft_budgets is not None else None
 
     def run(self, rows: Sequence[Row], on_done: Callable[[int, RowResult], None] | None = None) -> list[RowResult]:
         """Generate every row; results in the order of ``rows``. ``on_done(index, result)`` is called as
@@ -126,7 +132,7 @@ class GreedyEngine:
             stats.prefix_nodes += len(plan.nodes)
         waiting = deque(order)
         admission = Admission(self.runner, self.kv, config, self.near_tie, plan)
-        self.draft_budget = admission.budget
+        self.draft_budgets = admission.budgets
         batch = DecodeBatch(self.runner, self.kv, config, self.near_tie)
         refill = config.refill or max(1, config.max_batch // 8)
         with self.torch.inference_mode(), self.autocast():

@@ -7,7 +7,7 @@ step the row no longer needs. The pass costs about ``draft_min_gain`` decode ste
 a parallel pass is cheaper than a decode step's, but rejected ones are computed for nothing). So drafting pays
 while the view's first passes gain at least ``draft_min_gain`` tokens per draft token sent.
 
-The rule (:class:`DraftBudget`, one per engine run, i.e. per view): the first passes of the view's drafting rows are
+The rule (:class:`DraftBudget`, one per view of an engine run: :class:`DraftBudgets`): the first passes of the view's drafting rows are
 tallied (draft tokens sent, tokens gained); once ``draft_probe_rows`` rows have had one and they gained less than
 ``draft_min_gain`` per token sent, drafting stops for the rest of the run: every later row whose first token
 matched its draft goes to the decode batch from its prompt pass, exactly as plain decoding's rows do
@@ -21,10 +21,11 @@ machine.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from lm_eval_toolfid.engine.config import EngineConfig
 from lm_eval_toolfid.engine.handoffs import Drafting, Joining, Outcome
+from lm_eval_toolfid.engine.rows import Row
 
 
 @dataclass(frozen=True)
@@ -70,13 +71,10 @@ class DraftBudget:
     def drafting(self) -> bool:
         return self.stop is None
 
-    def probe_first(self, rows: Sequence[Drafting]) -> list[Sequence[Drafting]]:
-        """Drafting rows in the parts their passes go in: while the budget has not judged, the rows it still needs
-        (the first ones) alone, so that it judges before the others are verified; else all of them."""
-        need = self.probe_rows - self.rows if self.drafting and self.probe_rows > 0 else 0
-        if 0 < need < len(rows):
-            return [rows[:need], rows[need:]]
-        return [rows] if rows else []
+    @property
+    def probe_need(self) -> int:
+        """Drafting rows the budget still needs before it judges (0: it judges after every pass, or it stopped)."""
+        return max(0, self.probe_rows - self.rows) if self.drafting and self.probe_rows > 0 else 0
 
     def record(self, sent: int, gained: int) -> None:
         """One row's first verification pass: ``sent`` draft tokens, ``gained`` tokens emitted. Judges the run's
@@ -107,11 +105,65 @@ class DraftBudget:
         return decode_without_drafts(group)
 
 
-def drafting_stopped(engine: Any) -> dict[str, Any] | None:
-    """A :class:`~lm_eval_toolfid.engine.decoding.GreedyEngine`'s last run: why and when drafting stopped, for the
-    view's record (None: it never stopped)."""
-    budget = getattr(engine, "draft_budget", None)
-    return budget.stop.as_record() if budget is not None and budget.stop is not None else None
+def view_of(row: Row) -> Any:
+    """The view a row belongs to: its ``view`` (an adapter's name, where several views decode in one run), else
+    None (the run is one view)."""
+    return getattr(row, "view", None)
+
+
+class DraftBudgets:
+    """A run's draft budgets, one per view (:func:`view_of`): one adapter's rejected drafts never stop another's."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.by_view: dict[Any, DraftBudget] = {}
+
+    def of(self, row: Row) -> DraftBudget:
+        view = view_of(row)
+        if view not in self.by_view:
+            self.by_view[view] = DraftBudget.of(self.config)
+        return self.by_view[view]
+
+    def probe_first(self, rows: Sequence[Drafting]) -> list[list[Drafting]]:
+        """Drafting rows (in order) in the parts their passes go in: while a view's budget has not judged, the rows
+        it still needs (its first ones) go first, without the others, so that it judges before they are verified."""
+        need: dict[int, int] = {}
+        probe, rest = [], []
+        for d in rows:
+            budget = self.of(d.live.row)
+            left = need.setdefault(id(budget), budget.probe_need)
+            if left > 0:
+                probe.append(d)
+                need[id(budget)] = left - 1
+            else:
+                rest.append(d)
+        return [part for part in (probe, rest) if part]
+
+    def verify_or_decode(self, group: Sequence[Drafting], verify: Callable[[Sequence[Drafting]], Outcome]) -> Outcome:
+        """The group's rows whose view still drafts verified (``verify``: the verification stage) and their first
+        passes tallied; the others decoded from their prompt passes (:meth:`DraftBudget.without_drafts`)."""
+        going = [d for d in group if self.of(d.live.row).drafting]
+        outcome = Outcome()
+        for d in group:
+            if not self.of(d.live.row).drafting:
+                outcome += self.of(d.live.row).without_drafts([d])
+        if going:
+            outcome += verify(going)
+            for d in going:
+                self.of(d.live.row).observe([d])
+        return outcome
+
+    def stopped(self, view: Any = None) -> dict[str, Any] | None:
+        """Why and when the view's drafting stopped, for its record (None: it never stopped)."""
+        budget = self.by_view.get(view)
+        return budget.stop.as_record() if budget is not None and budget.stop is not None else None
+
+
+def drafting_stopped(engine: Any, view: Any = None) -> dict[str, Any] | None:
+    """A :class:`~lm_eval_toolfid.engine.decoding.GreedyEngine`'s last run: why and when the view's drafting stopped,
+    for its record (None: it never stopped, or the engine ran no rows)."""
+    budgets = getattr(engine, "draft_budgets", None)
+    return budgets.stopped(view) if budgets is not None else None
 
 
 def decode_without_drafts(group: Sequence[Drafting]) -> Outcome:
