@@ -17,8 +17,9 @@ Each adapter view runs verified (the default: the engine stops drafting where dr
 ``engine/draft_budget.py``), verified with drafting never stopped (``draft_probe_rows=0``: the engine before
 issue 37) and unverified. Prints per view: wall and CPU seconds, the ratio to the base view, verified ÷
 unverified, tokens accepted / decoded, the rows the draft budget decoded instead, near ties, and how many cases'
-generations differ between verified and unverified (must be 0, or near ties). Also the view's own prompt processing (one forward pass over every
-prompt, no decoding) against the ``zero`` view, and, with ``--nulls K``, a K-null calibration
+generations differ between verified and unverified (must be 0, or near ties); then each mode's forward passes
+and pass tokens. Also the view's own prompt processing (one forward pass over every prompt, no decoding) against
+the ``zero`` view, and, with ``--nulls K``, a K-null calibration
 (``CalibrationStage.run``) verified vs not. Targets: ``zero`` ≤ 0.45× the base view and ≤ 1.2× its
 prompt processing; ``broken`` and ``early`` verified ≤ 1.05× unverified.
 
@@ -255,8 +256,8 @@ def main() -> None:
               f" {differ:>5d} of {n}")
         if stop:
             print(f"  {'':8s} drafting stopped after {stop['after_rows']} rows: {stop['reason']}")
-    print("  the engine's passes (forward passes, and tokens of prompt and draft passes with padding; one engine run per"
-          " view):")
+    print("  the engine's passes (forward passes, and tokens of prompt and draft passes with padding; one engine run"
+          " per view):")
     for name, *_, passes in rows:
         print(f"  {name:8s} " + "; ".join(f"{mode} {n} passes, {t} pass tokens" for mode, (n, t) in
                                           zip(("verified", "always drafting", "unverified"), passes)))
@@ -269,8 +270,8 @@ def main() -> None:
     print(f"  zero ÷ prompt processing: {zero.wall / prefill.wall:.3f} wall, {zero.cpu / prefill.cpu:.3f} CPU "
           f"(target ≤ 1.2); its engine time ÷ prompt processing: {engine_s['zero'] / prefill.wall:.3f}")
     for name, v, a, p, *_ in rows[2:]:
-        print(f"  {name} verified ÷ unverified: {v.wall / p.wall:.3f} wall, {v.cpu / p.cpu:.3f} CPU (target ≤ 1.05); "
-              f"always drafting ÷ unverified: {a.wall / p.wall:.3f} wall, {a.cpu / p.cpu:.3f} CPU")
+        print(f"  {name} verified ÷ unverified: {v.wall / p.wall:.3f} wall, {v.cpu / p.cpu:.3f} CPU "
+              f"(target ≤ 1.05); always drafting ÷ unverified: {a.wall / p.wall:.3f} wall, {a.cpu / p.cpu:.3f} CPU")
 
     if args.nulls:
         from lm_eval_toolfid.run.calibrate import CalibrationStage

@@ -7,15 +7,15 @@ step the row no longer needs. The pass costs about ``draft_min_gain`` decode ste
 a parallel pass is cheaper than a decode step's, but rejected ones are computed for nothing). So drafting pays
 while the view's first passes gain at least ``draft_min_gain`` tokens per draft token sent.
 
-The rule (:class:`DraftBudget`, one per view of an engine run: :class:`DraftBudgets`): the first passes of the view's drafting rows are
-tallied (draft tokens sent, tokens gained); once ``draft_probe_rows`` rows have had one and they gained less than
-``draft_min_gain`` per token sent, drafting stops for the rest of the run: every later row whose first token
-matched its draft goes to the decode batch from its prompt pass, exactly as plain decoding's rows do
-(:func:`decode_without_drafts`; :attr:`~lm_eval_toolfid.engine.rows.RowResult.draft_dropped` says so). Rows
-already verifying keep going (their first chunk was accepted whole). A row whose first token differs from its
-draft's never drafts (that token comes from the prompt pass, which plain decoding runs too) and costs nothing, so
-it is no evidence either way. The rule reads token counts, never clocks: the same view drafts the same rows on any
-machine.
+The rule (:class:`DraftBudget`; one per view of an engine run, :class:`DraftBudgets`): the first passes of the
+view's drafting rows are tallied (draft tokens sent, tokens gained). The first ``draft_probe_rows`` of them are
+verified before the others; once they are in, and after every verification pass from then on, if the view's first
+passes gained less than ``draft_min_gain`` per token sent, drafting stops for the rest of the run: every later row
+whose first token matched its draft goes to the decode batch from its prompt pass, exactly as plain decoding's rows
+do (:func:`decode_without_drafts`; :attr:`~lm_eval_toolfid.engine.rows.RowResult.draft_dropped` says so). Rows
+whose verification has begun finish it. A row whose first token differs from its draft's never drafts (that token
+comes from the prompt pass, which plain decoding runs too) and costs nothing, so it is no evidence either way. The
+rule reads token counts, never clocks: the same view drafts the same rows on any machine.
 """
 
 from __future__ import annotations

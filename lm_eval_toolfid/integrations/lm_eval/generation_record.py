@@ -6,10 +6,11 @@ them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.ge
 - ``engine``: ``toolfid`` (the greedy engine), ``generate`` (transformers' generate, with the
   reason), or ``not recorded`` (another LM class: lm-eval's HFLM, vLLM);
 - ``verify`` and ``rows_verified``: whether the view checked the base's answers, and for how many
-  cases it had one (less those whose draft was dropped: ``rows_draft_dropped`` below); ``verify_reason``: why (:mod:`lm_eval_toolfid.engine.verify_policy`: verified by
-  default in float32, decoded by default in half precision); ``verify_requested``: the ``verify``
-  setting (``auto`` when not given) (``draft_sources``: ``session`` = the base view of the same process, exact token
-  ids; ``reference`` = the stored base reference's text, re-tokenized);
+  cases it had one (less those whose draft was dropped: ``rows_draft_dropped`` below); ``verify_reason``:
+  why (:mod:`lm_eval_toolfid.engine.verify_policy`: verified by default in float32, decoded by default in half
+  precision); ``verify_requested``: the ``verify`` setting (``auto`` when not given) (``draft_sources``:
+  ``session`` = the base view of the same process, exact token ids; ``reference`` = the stored base reference's
+  text, re-tokenized);
 - ``tokens`` = one first token per case (read from its prompt pass, in every mode) +
   ``tokens_verified`` (read from passes over the draft: the accepted ones and the token after them)
   + ``tokens_decoded`` (one decode step each); ``tokens_accepted``: draft tokens the adapter's own
