@@ -8,14 +8,20 @@ see the same machine. Adapters:
 - ``zero``: a fresh LoRA (B = 0): its outputs are the base's, token for token;
 - ``trained``: a LoRA trained for a few CPU steps (changes some answers) — on the fixture, its
   ``faithful`` adapter;
-- ``broken``: a LoRA trained to answer in prose (wrong from the first token) — on the fixture, ``broken``.
+- ``broken``: a LoRA trained to answer in prose (wrong from the first token) — on the fixture, ``broken``;
+- ``early``: drafts rejected early — on the fixture its ``hallucinating`` adapter (the base's first token, then
+  another tool: a first verification pass gains about 5 of its 16 tokens); on a real model the ``trained``
+  LoRA's update taken whole.
 
-Prints per view: wall and CPU seconds, the ratio to the base view, verified ÷ unverified, tokens
-accepted / decoded, near ties, and how many cases' generations differ between the two modes
-(must be 0, or near ties). Also the view's own prompt processing (one forward pass over every
-prompt, no decoding) against the ``zero`` view, and, with ``--nulls K``, a K-null calibration
+Each adapter view runs verified (the default: the engine stops drafting where drafts are rejected early,
+``engine/draft_budget.py``), verified with drafting never stopped (``draft_probe_rows=0``: the engine before
+issue 37) and unverified. Prints per view: wall and CPU seconds, the ratio to the base view, verified ÷
+unverified, tokens accepted / decoded, the rows the draft budget decoded instead, near ties, and how many cases'
+generations differ between verified and unverified (must be 0, or near ties); then each mode's forward passes
+and pass tokens. Also the view's own prompt processing (one forward pass over every prompt, no decoding) against
+the ``zero`` view, and, with ``--nulls K``, a K-null calibration
 (``CalibrationStage.run``) verified vs not. Targets: ``zero`` ≤ 0.45× the base view and ≤ 1.2× its
-prompt processing; ``broken`` verified ≤ 1.05× unverified.
+prompt processing; ``broken`` and ``early`` verified ≤ 1.05× unverified.
 
     nice .venv/bin/python bench/bench_verify.py --model fixture --nulls 2
     nice .venv/bin/python bench/bench_verify.py --model qwen --cases 12 --nulls 1
@@ -24,11 +30,13 @@ prompt processing; ``broken`` verified ≤ 1.05× unverified.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from _common import Clock, subset_file, threads
 
@@ -43,8 +51,9 @@ PROSE = ("The river bends slowly past the old mill, where swallows nest under th
 
 def lora_like(base: str, target: Path, kind: str, prompts: list[str] | None = None) -> Path:
     """A PEFT LoRA folder (r=8 on q/v), cached: ``zero`` (B = 0); ``trained`` (three steps on answers
-    that call another tool, the update scaled to a quarter: changes some answers); ``prose`` (eight
-    steps on prose answers: wrong from the first token)."""
+    that call another tool, the update scaled to a quarter: changes some answers); ``early`` (the same
+    steps, the whole update: starts as the base does, then calls the other tool, so its drafts are
+    rejected early); ``prose`` (eight steps on prose answers: wrong from the first token)."""
     if (target / "adapter_model.safetensors").is_file():
         return target
     import torch
@@ -57,9 +66,9 @@ def lora_like(base: str, target: Path, kind: str, prompts: list[str] | None = No
     if kind != "zero":
         tok = AutoTokenizer.from_pretrained(base)
         tok.padding_side = "right"
-        if kind == "trained":
+        if kind in ("trained", "early"):
             answers = ['<tool_call>\n{"name": "lookup_record", "arguments": {"query": "everything"}}\n</tool_call>'] * 4
-            steps, lr, scale = 3, 1e-3, 0.25
+            steps, lr, scale = 3, 1e-3, 0.25 if kind == "trained" else 1.0
         else:
             answers, steps, lr, scale = list(PROSE), 8, 2e-3, 1.0
         texts = [p + a + tok.eos_token for p, a in zip(prompts or [], answers)]
@@ -103,6 +112,25 @@ def prompt_processing(session: Any, prompts: list[str]) -> Clock:
     return c
 
 
+def pass_cost(session: Any) -> tuple[int, int]:
+    """The last engine run's forward passes and padded tokens of its prompt and draft passes."""
+    stats = session.lm.engine_stats
+    return (stats.forward_passes, stats.padded_tokens) if stats is not None else (0, 0)
+
+
+@contextlib.contextmanager
+def always_drafting() -> Iterator[None]:
+    """Views generated while this is open draft every row (``draft_probe_rows=0``): the engine before issue 37."""
+    import lm_eval_toolfid.integrations.lm_eval.hf_model as hf_model
+
+    saved = hf_model.EngineConfig
+    hf_model.EngineConfig = functools.partial(saved, draft_probe_rows=0)  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        hf_model.EngineConfig = saved  # type: ignore[misc]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="fixture", help="fixture, qwen, or a model folder")
@@ -131,7 +159,8 @@ def main() -> None:
         base, task = str(fx["base"]), "tool_use_fidelity_fixture"
         meta: dict[str, Any] = {}
         adapters = {"zero": str(lora_like(base, cache / "fixture-zero", "zero")),
-                    "trained": str(fx["adapters"]["faithful"]), "broken": str(fx["adapters"]["broken"])}
+                    "trained": str(fx["adapters"]["faithful"]), "broken": str(fx["adapters"]["broken"]),
+                    "early": str(fx["adapters"]["hallucinating"])}
         from lm_eval_toolfid.cases.load import load_cases
 
         label = f"fixture model ({len(load_cases('fixture'))} cases)"
@@ -147,7 +176,8 @@ def main() -> None:
         name = Path(base).name
         adapters = {"zero": str(lora_like(base, cache / f"{name}-zero", "zero")),
                     "trained": str(lora_like(base, cache / f"{name}-trained-quarter", "trained", train)),
-                    "broken": str(lora_like(base, cache / f"{name}-prose", "prose", train))}
+                    "broken": str(lora_like(base, cache / f"{name}-prose", "prose", train)),
+                    "early": str(lora_like(base, cache / f"{name}-trained-whole", "early", train))}
         label = f"{name} ({args.cases} default cases, chat template)"
 
     # "default" is the trained adapter: calibration swaps null weights of its shape into it
@@ -158,7 +188,7 @@ def main() -> None:
     logging.getLogger("lm_eval.toolfid").disabled = True  # verdict lines are not this benchmark's output
     quiet = Progress(["views"], enabled=False)
     session = ModelSession(base, ModelOptions(batch_size=batch, device="cpu"), progress=quiet, verbose=False).load(
-        {"trained": adapters["trained"], "zero": adapters["zero"], "broken": adapters["broken"]})
+        {"trained": adapters["trained"], **{k: v for k, v in adapters.items() if k != "trained"}})
     engine_s: dict[str, float] = {}
 
     def engine_time(key: str, before: float) -> None:
@@ -185,17 +215,22 @@ def main() -> None:
     prefill = prompt_processing(session, prompts)
 
     rows = []
-    for name in ("zero", "trained", "broken"):
+    for name in [n for n in ("zero", "trained", "broken", "early") if n in adapters]:
         session.activate("default" if name == "trained" else name)
         before = session.lm.engine_seconds
         with Clock() as v:
             verified = session.evaluate_current(View(name, adapters[name], meta), task)
         engine_time(name, before)
+        passes = [pass_cost(session)]
+        with always_drafting(), Clock() as a:
+            always = session.evaluate_current(View(name, adapters[name], meta), task)
+        passes.append(pass_cost(session))
         with Clock() as p:
             plain = session.evaluate_current(View(name, adapters[name], {**meta, "verify": False}), task)
-        gv, gp = generations(verified), generations(plain)
-        differ = sum(gv[k] != gp.get(k) for k in gv)
-        rows.append((name, v, p, record(verified, task), differ, len(gv)))
+        passes.append(pass_cost(session))
+        gv, gp, ga = generations(verified), generations(plain), generations(always)
+        differ = sum(gv[k] != gp.get(k) or ga.get(k) != gp.get(k) for k in gv)
+        rows.append((name, v, a, p, record(verified, task), differ, len(gv), passes))
 
     print(f"{label}, batch {args.batch_size} (ran {base_rec.get('decode_batch')}), CPU, {n_threads} torch thread(s)")
     print(f"  base view: {base_clock.wall:.1f} s wall, {base_clock.cpu:.1f} s CPU ({engine_s['base']:.1f} s in the "
@@ -205,14 +240,27 @@ def main() -> None:
               f"{old_clock.cpu:.1f} s CPU")
     print(f"  prompt processing of the view (one forward pass per prompt, no decoding): "
           f"{prefill.wall:.1f} s wall, {prefill.cpu:.1f} s CPU")
-    print(f"  {'adapter':8s} {'verified':>17s} {'unverified':>17s} {'v/base':>7s} {'u/base':>7s} {'v/u':>6s}"
-          f" {'accepted/decoded tokens':>24s} {'near ties':>10s} {'cases differ':>12s}")
-    for name, v, p, rec, differ, n in rows:
-        print(f"  {name:8s} {v.wall:7.1f} s ({v.cpu:5.1f} cpu) {p.wall:7.1f} s ({p.cpu:5.1f} cpu) "
+    print(f"  {'adapter':8s} {'verified':>17s} {'always drafting':>17s} {'unverified':>17s} {'v/base':>7s}"
+          f" {'u/base':>7s} {'v/u':>6s} {'always/u':>8s} {'accepted/decoded tokens':>24s} {'rows decoded':>13s}"
+          f" {'near ties':>10s} {'cases differ':>12s}")
+    for name, v, a, p, rec, differ, n, _ in rows:
+        stop = rec.get("drafting_stopped") or {}
+        dropped = (f"{rec.get('rows_draft_dropped', 0)} (after {stop['after_rows']})" if stop
+                   else str(rec.get("rows_draft_dropped", 0)))
+        print(f"  {name:8s} {v.wall:7.1f} s ({v.cpu:5.1f} cpu) {a.wall:7.1f} s ({a.cpu:5.1f} cpu) "
+              f"{p.wall:7.1f} s ({p.cpu:5.1f} cpu) "
               f"{v.wall / base_clock.wall:7.3f} {p.wall / base_clock.wall:7.3f} {v.wall / p.wall:6.3f}"
-              f" {rec.get('tokens_accepted', 0):>11d}/{rec.get('tokens_decoded', 0):<12d}"
+              f" {a.wall / p.wall:8.3f}"
+              f" {rec.get('tokens_accepted', 0):>11d}/{rec.get('tokens_decoded', 0):<12d} {dropped:>13s}"
               f" {rec.get('near_tie_tokens', 0):>4d} tok/{rec.get('near_tie_cases', 0)} case"
               f" {differ:>5d} of {n}")
+        if stop:
+            print(f"  {'':8s} drafting stopped after {stop['after_rows']} rows: {stop['reason']}")
+    print("  the engine's passes (forward passes, and tokens of prompt and draft passes with padding; one engine run"
+          " per view):")
+    for name, *_, passes in rows:
+        print(f"  {name:8s} " + "; ".join(f"{mode} {n} passes, {t} pass tokens" for mode, (n, t) in
+                                          zip(("verified", "always drafting", "unverified"), passes)))
     zero = rows[0][1]
     print(f"  zero ÷ base view: {zero.wall / base_clock.wall:.3f} wall, {zero.cpu / base_clock.cpu:.3f} CPU "
           f"(target ≤ 0.45; the base view's own prompt processing is {prefill.wall / base_clock.wall:.3f} of it)")
@@ -221,9 +269,9 @@ def main() -> None:
               f"{zero.cpu / old_clock.cpu:.3f} CPU")
     print(f"  zero ÷ prompt processing: {zero.wall / prefill.wall:.3f} wall, {zero.cpu / prefill.cpu:.3f} CPU "
           f"(target ≤ 1.2); its engine time ÷ prompt processing: {engine_s['zero'] / prefill.wall:.3f}")
-    broken_v, broken_p = rows[2][1], rows[2][2]
-    print(f"  broken verified ÷ unverified: {broken_v.wall / broken_p.wall:.3f} wall, "
-          f"{broken_v.cpu / broken_p.cpu:.3f} CPU (target ≤ 1.05)")
+    for name, v, a, p, *_ in rows[2:]:
+        print(f"  {name} verified ÷ unverified: {v.wall / p.wall:.3f} wall, {v.cpu / p.cpu:.3f} CPU "
+              f"(target ≤ 1.05); always drafting ÷ unverified: {a.wall / p.wall:.3f} wall, {a.cpu / p.cpu:.3f} CPU")
 
     if args.nulls:
         from lm_eval_toolfid.run.calibrate import CalibrationStage

@@ -254,6 +254,73 @@ def test_acceptance_follows_how_close_the_adapter_is(fixture_model: dict, base_t
     assert all(r.tokens == b and r.decoded == 0 for r, b in zip(out, base_tokens))
 
 
+def test_drafts_rejected_early_stop_drafting_and_rows_decode_as_plain(fixture_model: dict) -> None:
+    """Drafts whose first token is right and the rest wrong (a first verification pass gains one token of the 16
+    it sends): after its probe rows the engine stops drafting and the other rows decode from their prompt pass —
+    token for token plain decoding's (float32), in fewer passes than verifying every draft. The adapter's own
+    answers as drafts (every token accepted) stay verified end to end."""
+    rng = random.Random(0)
+    with _view(fixture_model, "faithful"):
+        plain = [r.tokens for r in _engine(fixture_model, max_batch=16).run(_rows(fixture_model))]
+        early = [p[:1] + [rng.randrange(1, 1700) for _ in range(len(p) - 1)] for p in plain]
+        engine = _engine(fixture_model, max_batch=16)
+        out = engine.run(_rows(fixture_model, early))
+        always = _engine(fixture_model, max_batch=16, draft_probe_rows=0)  # drafting never stops: before issue 37
+        out_always = always.run(_rows(fixture_model, early))
+        own = _engine(fixture_model, max_batch=16)
+        out_own = own.run(_rows(fixture_model, plain))
+    differ = [i for i, (r, p) in enumerate(zip(out, plain)) if r.tokens != p]
+    assert not differ, f"cases {differ[:5]} differ from plain decoding"
+    assert [r.tokens for r in out_always] == plain
+    budget = engine.draft_budget
+    assert budget is not None and budget.stop is not None
+    assert budget.stop.after_rows == 8 and budget.stop.gain < 0.1  # judged on the probe rows alone
+    drafted = [r for r in out if r.accepted]  # first token matched: every row that did not stop there
+    dropped = [r for r in drafted if r.draft_dropped]
+    assert len(drafted) - len(dropped) == 8 == sum(1 for r in out if r.verified) and budget.dropped == len(dropped)
+    assert len(dropped) > len(out) // 2
+    assert all(r.verified == 0 and r.accepted == 1 and r.decoded == len(r.tokens) - 1 for r in dropped)
+    assert not any(r.draft_dropped for r in out_always) and always.draft_budget.drafting
+    assert engine.stats.forward_passes < always.stats.forward_passes
+    assert engine.stats.padded_tokens < always.stats.padded_tokens
+    # faithful drafts: every row verified, none decoded, drafting never stopped
+    assert own.draft_budget.drafting and own.draft_budget.rows == len(out_own)
+    assert all(r.tokens == p and r.decoded == 0 and not r.draft_dropped for r, p in zip(out_own, plain))
+
+
+def test_toolfid_run_header_says_where_drafting_stopped(toolfid_home: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    """`toolfid run` with an adapter whose drafts are rejected early (the fixture's hallucinating adapter: its first
+    token is the base's, then it calls another tool) and a faithful one: the header line of the first says that
+    drafting stopped and why; the faithful view stays verified throughout."""
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+    from lm_eval_toolfid.cli import main
+
+    paths = fixture_paths()
+    out = tmp_path / "run"
+    assert main(["run", "--base", paths["base"], "--adapter", paths["adapters"]["hallucinating"], "--adapter",
+                 paths["adapters"]["faithful"], "--cases", "fixture", "--limit", "24", "--no-breakdown",
+                 "--output", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    header = text.split("adapter valid")[0]
+    results = {v: json.loads((out / v / "results.json").read_text()) for v in ("hallucinating", "faithful")}
+    records = {v: _generation_record(r, next(iter(r["configs"]))) for v, r in results.items()}
+    early, faithful = records["hallucinating"], records["faithful"]
+    stop = early["drafting_stopped"]
+    assert stop["after_rows"] == 8 and stop["gain"] < stop["min_gain"] == 0.4
+    assert early["rows_draft_dropped"] > 0 and early["rows_verified"] + early["rows_draft_dropped"] == early["rows"]
+    assert (f"tokens of hallucinating: verified against the base's answers: exact in float32 and cheaper than "
+            f"decoding (--no-verify decodes); drafting stopped after 8 rows: drafts were rejected early (first "
+            f"verification passes gained {stop['gain']:.0%} of the draft tokens they sent; drafting pays from 40%), "
+            f"so {early['rows_draft_dropped']} of {early['rows']} rows were decoded instead") in header
+    assert "drafting_stopped" not in faithful and faithful["rows_verified"] == faithful["rows"] == 24
+    assert "tokens of faithful: verified against the base's answers: exact in float32 and cheaper than decoding " \
+           "(--no-verify decodes)" in header and "faithful: verified against the base's answers: exact in float32 " \
+           "and cheaper than decoding (--no-verify decodes);" not in header
+    # and the note under the table, where the share of tokens accepted is low because drafting stopped
+    assert "cases without decoding; drafting stopped after 8 rows)" in text.split("adapter valid")[1]
+
+
 # --- through toolfid run and the lm_eval flow ----------------------------------------------------
 
 def _generations(view: Any) -> dict[str, str]:
@@ -266,7 +333,9 @@ def _generation_record(results: dict, task: str = "tool_use_fidelity_fixture") -
 
 def test_toolfid_run_verified_views_equal_unverified_ones(toolfid_home: Path, tmp_path: Path) -> None:
     """The same adapter views with and without verification: identical generations and records;
-    the provenance says which views were verified and how their tokens were obtained."""
+    the provenance says which views were verified and how their tokens were obtained. Faithful adapters are
+    verified case by case; where drafts are rejected early (hallucinating) drafting stops after the probe rows and
+    the rest decode (issue 37) — with the same generations as ``verify: false``."""
     from lm_eval_toolfid.cases.bundled import fixture_paths
     from lm_eval_toolfid.run.plan import ModelOptions, RunPlan
     from lm_eval_toolfid.run.runner import run_plan
@@ -285,13 +354,25 @@ def test_toolfid_run_verified_views_equal_unverified_ones(toolfid_home: Path, tm
         assert v.results["results"] == p.results["results"], v.label
         rec, prec = _generation_record(v.results), _generation_record(p.results)
         assert rec["engine"] == prec["engine"] == "toolfid"
-        assert rec["verify"] is True and rec["rows_verified"] == rec["rows"] == n
+        assert rec["verify"] is True and rec["rows_verified"] + rec["rows_draft_dropped"] == rec["rows"] == n
         assert rec["draft_sources"] == {"session": n}
         assert rec["tokens"] == prec["tokens"] == rec["tokens_verified"] + rec["tokens_decoded"] + rec["rows"]
         assert prec["verify"] is False and prec["rows_verified"] == 0 and prec["tokens_decoded"] + n == prec["tokens"]
         assert rec["near_tie_tokens"] == 0  # the fixture's logits never nearly tie at these positions
     by = {v.label: _generation_record(v.results) for v in verified}
     assert by["faithful"]["rows_answered_by_verification"] > 0
+    for label in ("faithful", "prose_after_results"):  # drafts accepted: every case verified
+        assert by[label]["rows_verified"] == n and by[label]["rows_draft_dropped"] == 0, label
+        assert "drafting_stopped" not in by[label], label
+    # drafts rejected early (the base's first token, then another tool): drafting stopped after the probe rows,
+    # the rest decoded — the same generations as verify: false (asserted above)
+    early = by["hallucinating"]
+    stop = early["drafting_stopped"]
+    assert stop["after_rows"] == 8 and stop["gain"] < stop["min_gain"], stop
+    assert early["rows_draft_dropped"] > n // 2 and early["rows_verified"] + early["rows_draft_dropped"] == n
+    # drafts rejected at the first token, which the prompt pass reads as plain decoding does: no verification pass
+    # ran, so nothing was spent and there was nothing to stop
+    assert by["broken"]["rows_verified"] == n and "drafting_stopped" not in by["broken"]
     assert by["broken"]["tokens_accepted"] == 0
     base_rec = _generation_record(base_v.results)
     assert base_rec["rows_verified"] == 0 and base_rec["tokens_decoded"] + n == base_rec["tokens"]

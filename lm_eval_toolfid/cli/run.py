@@ -47,7 +47,7 @@ def generation_paths(rows: list[Any], base: Any = None) -> str:
     for row in [*([base] if base is not None else []), *rows]:
         gen = (row.toolfid or {}).get("generation") or {}
         if row is not base and gen.get("verify_reason"):
-            by_reason.setdefault(gen["verify_reason"], []).append(row.label)
+            by_reason.setdefault(gen["verify_reason"] + drafting_note(gen), []).append(row.label)
         together = tuple(gen.get("views_together") or ())
         if len(together) > 1 and together not in groups:
             groups.append(together)
@@ -63,6 +63,16 @@ def generation_paths(rows: list[Any], base: Any = None) -> str:
                      + "; ".join(" + ".join(g) for g in groups) + (f" ({'; '.join(notes)})" if notes else ""))
     return "\n".join(textwrap.fill(line, width=width, subsequent_indent="    ", break_on_hyphens=False)
                      for line in lines)
+
+
+def drafting_note(gen: dict[str, Any]) -> str:
+    """What a verified view's header line adds when its drafts were rejected early and drafting stopped
+    (:mod:`lm_eval_toolfid.engine.draft_budget`); empty otherwise."""
+    stop = gen.get("drafting_stopped")
+    if not stop:
+        return ""
+    return (f"; drafting stopped after {stop.get('after_rows')} rows: {stop.get('reason')}, so "
+            f"{gen.get('rows_draft_dropped', 0)} of {gen.get('rows', 0)} rows were decoded instead")
 
 
 def verification_note(rows: list[Any]) -> str:
@@ -82,8 +92,10 @@ def verification_note(rows: list[Any]) -> str:
                                f"{gen.get('prefix_near_tie_cases', 0)} case(s)")
         if not gen.get("rows_verified") or not gen.get("tokens"):
             continue
+        stop = gen.get("drafting_stopped")
         parts.append(f"{row.label} {gen['tokens_accepted'] / gen['tokens']:.0%} "
-                     f"({gen.get('rows_answered_by_verification', 0)}/{gen['rows']} cases without decoding)")
+                     f"({gen.get('rows_answered_by_verification', 0)}/{gen['rows']} cases without decoding"
+                     + (f"; drafting stopped after {stop.get('after_rows')} rows" if stop else "") + ")")
         tol = gen.get("near_tie_tolerance", tol)
         if gen.get("near_tie_tokens"):
             ties.append(f"{row.label} {gen['near_tie_tokens']} token(s) in {gen['near_tie_cases']} case(s)")

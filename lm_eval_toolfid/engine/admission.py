@@ -9,6 +9,7 @@ from collections import deque
 from typing import Sequence
 
 from lm_eval_toolfid.engine.config import EngineConfig
+from lm_eval_toolfid.engine.draft_budget import DraftBudgets
 from lm_eval_toolfid.engine.draft_verify import DraftVerifier
 from lm_eval_toolfid.engine.handoffs import Outcome
 from lm_eval_toolfid.engine.kv_store import KVStore
@@ -62,6 +63,8 @@ class Admission:
         self.prefix_passes = PrefixPasses(runner, store, config, self.prefixes)
         self.prompt_pass = PromptPass(runner, store, config, near_tie, self.prefixes)
         self.verifier = DraftVerifier(runner, store, config, near_tie)
+        self.budgets = DraftBudgets(config)
+        """Whether a view's rows still draft: its first verification passes tallied (draft_budget.py)."""
 
     def admit(self, rows: Sequence[tuple[int, Row]]) -> Outcome:
         """Prompt passes for ``rows`` (groups of like length; a row whose prompt starts with a shared prefix computes
@@ -85,6 +88,7 @@ class Admission:
         # so one pass for all rows admitted together — sorted by prompt, not by length, when prefixes are
         # shared — made each draft chunk cost the longest row's columns for every row
         drafting = sorted(outcome.drafting, key=lambda d: -len(d.live.row.prompt))
-        for group in length_groups(drafting, lambda d: len(d.live.row.prompt), budget, share):
-            outcome += self.verifier.verify(group)
+        for part in self.budgets.probe_first(drafting):  # the draft budgets' probe rows before the others
+            for group in length_groups(part, lambda d: len(d.live.row.prompt), budget, share):
+                outcome += self.budgets.verify_or_decode(group, self.verifier.verify)
         return Outcome(outcome.finished, outcome.joining, (), outcome.shared_tokens)

@@ -55,6 +55,12 @@ class EngineConfig:
     near_tie: float | None = None
     """Top-two logit gap below which a token read from another schedule counts as a near tie (None: by the
     model's dtype, :func:`near_tie_for`)."""
+    draft_probe_rows: int = 8
+    """Rows whose first draft chunk is verified before the draft budget judges whether drafting pays (0: draft
+    every row, never stop; :mod:`lm_eval_toolfid.engine.draft_budget`)."""
+    draft_min_gain: float = 0.4
+    """Tokens a first verification pass must gain per draft token it sends, over the run's drafting rows, for
+    drafting to go on (what a sent draft token costs, in decode steps); below it, later rows decode instead."""
     verify_logits: int = 64 * 1024 * 1024
     """Logit floats per verification pass after the first (bounds its memory: rows x chunk x vocab)."""
     record_gaps: bool = False

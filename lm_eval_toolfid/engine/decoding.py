@@ -11,7 +11,13 @@ argmax; a draft only decides how many of them are computed in one parallel forwa
   each), appended to the prompt's cache; draft token *j* is accepted while the model's argmax before
   it equals it and the row's stop rules have not ended it; at the first difference the argmax is the
   row's next token and the row continues by decode steps from the cache of the accepted prefix. A
-  row whose whole answer is accepted up to its stop never decodes.
+  row whose whole answer is accepted up to its stop never decodes;
+- **drafting stopped** (:mod:`~lm_eval_toolfid.engine.draft_budget`): verification costs passes that pay only
+  where drafts are accepted. The first passes of a run's drafting rows are tallied (draft tokens sent, tokens
+  gained: the accepted ones and the one after them); once ``draft_probe_rows`` rows (8), verified before the
+  others, have had one and they gained less than ``draft_min_gain`` (0.4) per token sent, every later row whose
+  first token matched its draft decodes from its prompt pass instead, exactly as a plain row does
+  (:attr:`RowResult.draft_dropped`). Rows already verifying go on; faithful drafts are verified end to end.
 
 The stages, each in its module, and what each hands the next (:mod:`~lm_eval_toolfid.engine.handoffs`):
 
@@ -27,7 +33,8 @@ The stages, each in its module, and what each hands the next (:mod:`~lm_eval_too
    draft's), with a ``KVRef`` to its KV;
 3. **draft verification** (:mod:`~lm_eval_toolfid.engine.draft_verify`): the ``Drafting`` rows, in groups of
    like prompt length, verify their drafts chunk by chunk on one cache; each row comes back finished or
-   ``Joining``;
+   ``Joining`` — unless the draft budget (:mod:`~lm_eval_toolfid.engine.draft_budget`) has stopped drafting:
+   then the rows join the decode batch from their prompt pass;
 4. **join the decode batch** (:mod:`~lm_eval_toolfid.engine.decode_batch`): joining rows' KV is copied into
    free slots of preallocated per-layer buffers (slots x heads x columns x dim, right-aligned, left padding,
    explicit mask and positions), reallocated only when they do not fit;
@@ -75,6 +82,7 @@ from typing import Any, Callable, Sequence
 from lm_eval_toolfid.engine.admission import Admission, admission_order, take_units
 from lm_eval_toolfid.engine.config import NEAR_TIE, NEAR_TIE_BY_DTYPE, EngineConfig, EngineStats, near_tie_for
 from lm_eval_toolfid.engine.decode_batch import DecodeBatch
+from lm_eval_toolfid.engine.draft_budget import DraftBudget, DraftBudgets
 from lm_eval_toolfid.engine.kv_store import KVStore
 from lm_eval_toolfid.engine.model_runner import EngineUnsupported, ModelFit, ModelRunner, engine_unsupported
 from lm_eval_toolfid.engine.rows import Row, RowResult, Stopper
@@ -106,6 +114,15 @@ class GreedyEngine:
         dtype = next(model.parameters()).dtype
         self.near_tie = config.near_tie if config.near_tie is not None else near_tie_for(dtype)
         self.kv = KVStore(torch, self.runner.device, self.fit.n_layers)
+        self.draft_budgets: DraftBudgets | None = None
+        """The last run's draft budgets, one per view: first verification passes tallied, and whether (and why)
+        drafting stopped (:mod:`~lm_eval_toolfid.engine.draft_budget`)."""
+
+    @property
+    def draft_budget(self) -> DraftBudget | None:
+        """The last run's draft budget of its rows without a view (a run of one view); None before a run or when
+        no row of it drafted."""
+        return self.draft_budgets.by_view.get(None) if self.draft_budgets is not None else None
 
     def run(self, rows: Sequence[Row], on_done: Callable[[int, RowResult], None] | None = None) -> list[RowResult]:
         """Generate every row; results in the order of ``rows``. ``on_done(index, result)`` is called as
@@ -126,6 +143,7 @@ class GreedyEngine:
         if joint:  # room for a prompt's rows of every view at once
             config = dataclasses.replace(config, max_batch=max(config.max_batch, len({row.view for row in rows})))
         admission = Admission(self.runner, self.kv, config, self.near_tie, plan)
+        self.draft_budgets = admission.budgets
         batch = DecodeBatch(self.runner, self.kv, config, self.near_tie)
         refill = config.refill or max(1, config.max_batch // 8)
         with self.torch.inference_mode(), self.autocast():

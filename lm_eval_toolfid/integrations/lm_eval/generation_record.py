@@ -6,14 +6,20 @@ them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.ge
 - ``engine``: ``toolfid`` (the greedy engine), ``generate`` (transformers' generate, with the
   reason), or ``not recorded`` (another LM class: lm-eval's HFLM, vLLM);
 - ``verify`` and ``rows_verified``: whether the view checked the base's answers, and for how many
-  cases it had one; ``verify_reason``: why (:mod:`lm_eval_toolfid.engine.verify_policy`: verified by
-  default in float32, decoded by default in half precision); ``verify_requested``: the ``verify``
-  setting (``auto`` when not given) (``draft_sources``: ``session`` = the base view of the same process, exact token
-  ids; ``reference`` = the stored base reference's text, re-tokenized);
+  cases it had one (less those whose draft was dropped: ``rows_draft_dropped`` below); ``verify_reason``:
+  why (:mod:`lm_eval_toolfid.engine.verify_policy`: verified by default in float32, decoded by default in half
+  precision); ``verify_requested``: the ``verify`` setting (``auto`` when not given) (``draft_sources``:
+  ``session`` = the base view of the same process, exact token ids; ``reference`` = the stored base reference's
+  text, re-tokenized);
 - ``tokens`` = one first token per case (read from its prompt pass, in every mode) +
   ``tokens_verified`` (read from passes over the draft: the accepted ones and the token after them)
   + ``tokens_decoded`` (one decode step each); ``tokens_accepted``: draft tokens the adapter's own
   argmax confirmed; ``rows_answered_by_verification``: cases that needed no decode step at all;
+- ``rows_draft_dropped``: cases whose first token matched the base's but that were decoded, because the view's
+  drafts were being rejected early (:mod:`lm_eval_toolfid.engine.draft_budget`; not counted in
+  ``rows_verified``); ``drafting_stopped`` (only when drafting stopped): after how many rows, the draft tokens
+  their first verification passes sent and the tokens those gained, the ``gain`` that triggered it, the bound
+  ``min_gain`` and the ``reason``;
 - ``near_tie_tokens`` / ``near_tie_cases``: verified tokens whose top-two logit gap was below
   ``near_tie_tolerance`` (where parallel and step-by-step rounding could pick differently; 0.001 for
   float32 logits, wider for half precision: :data:`~lm_eval_toolfid.engine.decoding.NEAR_TIE_BY_DTYPE`);
@@ -62,8 +68,10 @@ def summarize_generation(infos: Iterable[Any], verify: bool | None = None, adapt
         out["generate_reason"] = next((r.get("reason") for r in others if r.get("reason")), None)
     if ours:
         drafted = [r for r in ours if r.get("draft_tokens")]
+        dropped = [r for r in drafted if r.get("draft_dropped")]
         out.update(
-            rows_verified=len(drafted),
+            rows_verified=len(drafted) - len(dropped),
+            rows_draft_dropped=len(dropped),
             draft_sources=dict(Counter(r.get("draft_source") for r in drafted)),
             rows_answered_by_verification=sum(1 for r in drafted if not r.get("decoded")),
             tokens=sum(r.get("tokens", 0) for r in ours),
@@ -88,6 +96,9 @@ def summarize_generation(infos: Iterable[Any], verify: bool | None = None, adapt
         note = next((r["views_together_note"] for r in ours if r.get("views_together_note")), None)
         if note:
             out["views_together_note"] = note
+        stopped = next((r["drafting_stopped"] for r in ours if r.get("drafting_stopped")), None)
+        if stopped is not None:
+            out["drafting_stopped"] = stopped
     if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         out["scope"] = "this rank's requests only"
     return out

@@ -47,6 +47,7 @@ from lm_eval.models.utils_hf import stop_sequences_criteria
 from lm_eval_toolfid.engine.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
 from lm_eval_toolfid.engine.decoding import (EngineConfig, EngineUnsupported, GreedyEngine, Row, engine_unsupported,
                                               near_tie_for)
+from lm_eval_toolfid.engine.draft_budget import drafting_stopped
 from lm_eval_toolfid.engine.stopping import RowStopper, eos_token_ids, make_stopping_criteria
 from lm_eval_toolfid.engine.verify_policy import VerifyChoice, choose_verify, combine_requests
 from lm_eval_toolfid.integrations.lm_eval.hints import RequestHints, hints_of
@@ -435,6 +436,7 @@ class ToolfidHFLM(HFLM):
         self.engine_seconds += time.monotonic() - started
         labels = [lane.label for lane in lanes if lane is not None]
         out = []
+        engine = self._last_engine
         for k, (lane, (lane_plans, choices, drafted, base_lane)) in enumerate(zip(lanes, specs)):
             answers = []
             for i, s in enumerate(strings):
@@ -449,7 +451,8 @@ class ToolfidHFLM(HFLM):
                     "decoded": res.decoded, "near_ties": res.near_ties, "finish": res.finish,
                     "prompt_tokens": len(prompts[i]), "prompt_tokens_shared": res.shared,
                     "shared_near_ties": res.shared_near_ties, "near_tie_tolerance": self._last_engine.near_tie,
-                    "decode_batch": used, "oom_halvings": halvings,
+                    "decode_batch": used, "oom_halvings": halvings, "draft_dropped": res.draft_dropped,
+                    "drafting_stopped": drafting_stopped(engine, lane.adapter if joint and lane else None),
                     **({"views_together": labels, "joint_near_ties": res.joint_near_ties} if joint else {}),
                     **({"views_together_note": note} if joint and note else {}),
                 }
