@@ -60,6 +60,16 @@ def make_adapters(base: str, n: int, root: Path, seed: int = 0) -> dict[str, str
     return out
 
 
+def quiet() -> Any:
+    """A progress sink that prints nothing (lm-eval's own bars and logs stay off, as in ``toolfid run``)."""
+
+    class Quiet:
+        def __getattr__(self, _name: str) -> Any:
+            return lambda *a, **k: None
+
+    return Quiet()
+
+
 def run_views(session: Any, plan: Any) -> tuple[dict[str, float], dict[str, dict[str, Any]], dict[str, Any]]:
     """Every view of ``plan`` on the loaded session: seconds per view (from the previous view's end), answers per
     view (case id -> text), and each view's generation record."""
@@ -100,7 +110,7 @@ def main() -> None:
     from lm_eval_toolfid.run.session import ModelSession
 
     adapters = make_adapters(base, args.adapters, root / "adapters")
-    cases = subset_file(args.cases, default_cases_path()) if args.cases else default_cases_path()
+    cases = subset_file(args.cases, root / "cases.jsonl") if args.cases else default_cases_path()
     metadata: dict[str, Any] = {"cases": str(cases), **({"verify": False} if args.no_verify else {})}
     batch = int(args.batch_size) if str(args.batch_size).isdigit() else args.batch_size
     print(f"{args.model} on {args.device} ({n_threads} threads), {args.dtype}, {args.cases or 382} cases, base + "
@@ -112,7 +122,7 @@ def main() -> None:
         plan = RunPlan(base=base, adapters=adapters, task="tool_use_fidelity", metadata=metadata, models=options,
                        verbose=False)
         if session is None:
-            session = ModelSession(base, options, verbose=False).load(adapters)
+            session = ModelSession(base, options, progress=quiet(), verbose=False).load(adapters)
         session.options = options
         t0 = time.perf_counter()
         seconds, answers, records = run_views(session, plan)
