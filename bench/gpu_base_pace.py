@@ -90,7 +90,8 @@ def instrument(meter: Meter) -> Callable[[], None]:
     saved: list[tuple[Any, str, Any]] = []
 
     def patch(owner: Any, name: str, new: Any) -> None:
-        saved.append((owner, name, getattr(owner, name)))
+        # a class's own attribute as stored (a staticmethod stays one when it is put back)
+        saved.append((owner, name, vars(owner)[name] if name in vars(owner) else getattr(owner, name)))
         setattr(owner, name, new)
 
     forward, step, admit, join = ModelRunner.forward, decode_batch.DecodeBatch.step, Admission.admit, \
@@ -337,6 +338,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from lm_eval_toolfid.engine.batch_size import PREFILL_TOKENS
     from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine
 
     if args.gguf:
@@ -380,8 +382,8 @@ def main() -> None:
     results = None
     for rep in range(repeat):
         rows = make_rows()
-        config = EngineConfig(max_batch=args.batch or len(rows), prefill_tokens=16384 if device.type == "cuda" else 4096,
-                              share_prefixes=not args.no_share)
+        config = EngineConfig(max_batch=args.batch or len(rows), share_prefixes=not args.no_share,
+                              prefill_tokens=PREFILL_TOKENS.get(device.type, PREFILL_TOKENS["cpu"]))
         engine = GreedyEngine(model, pad, config)
         meter = Meter(sync, events=device.type == "cuda")
         restore = instrument(meter)
