@@ -90,7 +90,8 @@ def instrument(meter: Meter) -> Callable[[], None]:
     saved: list[tuple[Any, str, Any]] = []
 
     def patch(owner: Any, name: str, new: Any) -> None:
-        saved.append((owner, name, getattr(owner, name)))
+        # a class's own attribute as stored (a staticmethod stays one when it is put back)
+        saved.append((owner, name, vars(owner)[name] if name in vars(owner) else getattr(owner, name)))
         setattr(owner, name, new)
 
     forward, step, admit, join = ModelRunner.forward, decode_batch.DecodeBatch.step, Admission.admit, \
@@ -274,6 +275,21 @@ def report(meter: Meter, wall: float, tokens: int, stats: Any, device: Any) -> N
     _ = device
 
 
+def one_batch_schedule(lengths: list[int]) -> None:
+    """The decode steps of rows of these token counts when every row decodes in one batch (a GPU's ``auto``): the
+    first token comes from the prompt pass, so a row of L tokens is live in steps 1..L-1; steps = the longest - 1."""
+    steps = max(lengths, default=1) - 1
+    live = [sum(1 for n in lengths if n - 1 >= s) for s in range(1, steps + 1)]
+    print(f"every row in one batch: {steps} decode steps, {sum(live)} row-steps ({sum(live) / max(1, steps):.1f} live "
+          f"rows a step); live rows per step: {quantiles(live)}; rows at the budget: "
+          f"{sum(1 for n in lengths if n == max(lengths))}")
+    for lo, hi in BUCKETS:
+        k = sum(1 for n in live if lo <= n <= hi)
+        if k:
+            label = f"{lo}" if lo == hi else f"{lo}-{hi}" if hi < 1 << 30 else f">={lo}"
+            print(f"  {label:>10s} live rows: {k:4d} steps ({100 * k / max(1, steps):.0f}%)")
+
+
 def profile_summary(prof: Any, steps: int, device: Any) -> None:
     events = prof.key_averages()
     if device.type == "cuda":
@@ -311,12 +327,18 @@ def main() -> None:
     parser.add_argument("--lengths-from", default=None, help="a --tokens-out file: the stand-in's row lengths")
     parser.add_argument("--tokens-out", default=None, help="write every row's tokens (JSON)")
     parser.add_argument("--tokens-ref", default=None, help="compare every row's tokens with this file")
+    parser.add_argument("--schedule-from", default=None, help="only print the one-batch schedule of a --tokens-out "
+                        "file's rows (steps, live rows per step), no model")
     args = parser.parse_args()
+    if args.schedule_from:
+        one_batch_schedule([len(t) for t in json.loads(Path(args.schedule_from).read_text())][:args.cases])
+        return
     n_threads = _common.threads()
 
     import torch
     from transformers import AutoModelForCausalLM
 
+    from lm_eval_toolfid.engine.batch_size import PREFILL_TOKENS
     from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine
 
     if args.gguf:
@@ -360,8 +382,8 @@ def main() -> None:
     results = None
     for rep in range(repeat):
         rows = make_rows()
-        config = EngineConfig(max_batch=args.batch or len(rows), prefill_tokens=16384 if device.type == "cuda" else 4096,
-                              share_prefixes=not args.no_share)
+        config = EngineConfig(max_batch=args.batch or len(rows), share_prefixes=not args.no_share,
+                              prefill_tokens=PREFILL_TOKENS.get(device.type, PREFILL_TOKENS["cpu"]))
         engine = GreedyEngine(model, pad, config)
         meter = Meter(sync, events=device.type == "cuda")
         restore = instrument(meter)
@@ -390,6 +412,7 @@ def main() -> None:
             profile_summary(prof, len(meter.steps), device)
     assert results is not None
     tokens = [r.tokens for r in results]
+    one_batch_schedule([len(t) for t in tokens])
     if args.tokens_out:
         Path(args.tokens_out).write_text(json.dumps(tokens))
     if args.tokens_ref:

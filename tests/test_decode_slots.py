@@ -45,6 +45,9 @@ class _Model:
 
     def check(self, slots: Any) -> None:
         width = slots.T - slots.lo
+        for k, v in slots.kv:  # what a step reads of columns not a row's own is masked, and must be a number
+            assert torch.isfinite(k[:len(self.rows), :, slots.lo:slots.T]).all()
+            assert torch.isfinite(v[:len(self.rows), :, slots.lo:slots.T]).all()
         for b, (values, _) in enumerate(self.rows):
             own = len(values)
             mask = slots.mask[b, slots.lo:slots.T].tolist()

@@ -65,12 +65,11 @@ class DecodeBatch:
         best, gaps = runner.pick(logits, with_gaps=record or runner.joint or self.shared > 0, out=self.ids[:n])
         self.positions[:n] += 1
         finished, done = [], []
-        near_tie = self.near_tie
         for b, live in enumerate(self.rows):
             token = best[b][0]
             live.length += 1
             if take_token(live.result, live.row, token, gaps[b][0] if gaps else 0.0, verified=False,
-                          near_tie=near_tie, record=record):
+                          near_tie=self.near_tie, record=record):
                 finished.append(live)
                 done.append(b)
             else:

@@ -43,8 +43,9 @@ The stages, each in its module, and what each hands the next (:mod:`~lm_eval_too
 6. **stop and release**: every emitted token goes through :func:`~lm_eval_toolfid.engine.acceptance.take_token`
    (near ties counted, the stop rules asked: :mod:`~lm_eval_toolfid.engine.stopping`); a row that stops leaves
    the batch at once, the last live row taking its slot (one row copied, not the batch), and columns no live
-   row uses are dropped once they are a quarter of the buffer; waiting rows are admitted in its place
-   (continuous batching).
+   row uses are no longer read once they are a quarter of those a step reads (nothing copied); waiting rows are
+   admitted in its place (continuous batching). A step's inputs (next ids, positions, mask) stay on the model's
+   device: the host waits once a step, for the chosen tokens.
 
 **Views together.** A row may name its view (:attr:`Row.view`, a PEFT adapter; None the base): then every pass of
 the run names each row's adapter (PEFT's mixed batch, ``adapter_names``; base rows add no delta), so the base and
