@@ -35,8 +35,8 @@ def test_demo_output_is_quiet_ordered_and_fits_the_terminal(tmp_path):
                                                                        for i in range(1, views + 1)]
     table = proc.stdout.split("\nadapter ", 1)[1].split("\nresults and per-case samples")[0]
     assert all(len(line) <= 100 for line in table.splitlines()), max(table.splitlines(), key=len)
-    rows = {line.split()[0]: line for line in proc.stdout.splitlines()
-            if line.split()[:1] and line.split()[0] in ("faithful", "hallucinating", "broken")}
+    rows = {line.split()[0]: line for line in table.splitlines()  # table rows (wrapped notes below are indented)
+            if line[:1].strip() and line.split()[0] in ("faithful", "hallucinating", "broken")}
     assert " PASS " in rows["faithful"] and " FAIL " in rows["hallucinating"] and " FAIL " in rows["broken"]
     # the full reasons follow the table, one paragraph per adapter
     reasons = proc.stdout.replace("\n    ", " ")
