@@ -209,18 +209,12 @@ class DecodeSlots:
         column (a row's columns before its own are masked: what they hold is never read)."""
         T = self.T
         if len(moves) == 1 or not self.store.indexed_copies:
-            for src, dst, length in moves:
-                first = T - length
-                for k, v in self.kv:
-                    k[dst, :, first:T] = k[src, :, first:T]
-                    v[dst, :, first:T] = v[src, :, first:T]
-                self.mask[dst] = self.mask[src]
-                for t in also:
-                    t[dst] = t[src]
+            copies: list[tuple[Any, Any, int]] = [(src, dst, T - length) for src, dst, length in moves]
         else:
             torch, device = self.store.torch, self.store.device
-            first = T - max(length for _, _, length in moves)
             src, dst = (torch.tensor(list(i), dtype=torch.long).to(device) for i in list(zip(*moves))[:2])
+            copies = [(src, dst, T - max(length for _, _, length in moves))]
+        for src, dst, first in copies:  # one slot each, or every moved slot at once (indexed)
             for k, v in self.kv:
                 k[dst, :, first:T] = k[src, :, first:T]
                 v[dst, :, first:T] = v[src, :, first:T]
