@@ -44,8 +44,17 @@ def toolfid_home() -> Path:
     return Path(os.environ.get("TOOLFID_HOME") or Path.home() / ".cache" / "lm_eval_toolfid").expanduser()
 
 
+def cache_root() -> Path:
+    """Where converted models and the tests' trained LoRAs live: ``$TOOLFID_CACHE``, else the toolfid home.
+
+    The test suite pins ``TOOLFID_CACHE`` to the machine's home when it starts (tests/conftest.py), so a test
+    that points ``TOOLFID_HOME`` at a temporary folder still finds the models converted once per machine."""
+    cache = os.environ.get("TOOLFID_CACHE")
+    return Path(cache).expanduser() if cache else toolfid_home()
+
+
 def models_dir() -> Path:
-    return toolfid_home() / "models"
+    return cache_root() / "models"
 
 
 def _package_dir(module: str, pip_hint: str) -> Path:

@@ -26,5 +26,8 @@ step .venv/bin/python -m pip install --disable-pip-version-check --no-deps \
 # BFCL v4's upstream question files (tests/test_bfcl_upstream.py reads BFCL_v4_live_irrelevance.json in
 # place from the wheel's bfcl_eval/data; the package is never imported, so --no-deps: none of its runtime).
 step .venv/bin/python -m pip install --disable-pip-version-check --no-deps "bfcl-eval==2026.3.23"
+# The real models converted to HF folders once per machine (under $TOOLFID_HOME, default ~/.cache/lm_eval_toolfid;
+# idempotent, ~2 min the first time): the slow tests then start from them instead of converting.
+step .venv/bin/python -c "from scripts.real_models import prepare_smollm2, prepare_qwen_coder; prepare_smollm2(); prepare_qwen_coder()"
 .venv/bin/python -c "import torch, lm_eval, peft, transformers, lm_eval_toolfid, tenacity, fastapi, uvicorn, openai"
 echo "setup ok: $(.venv/bin/python -c 'import torch, lm_eval_toolfid; print("torch", torch.__version__, "| lm-eval-toolfid", lm_eval_toolfid.__version__)')"

@@ -1,6 +1,7 @@
 """Where the suite's minutes go: read pytest's ``--durations=0`` report and print time by module and phase.
 
-Usage: ``.venv/bin/python -m pytest -q -rs --durations=0 > run.log; python scripts/suite_durations.py run.log``.
+Usage: ``.venv/bin/python -m pytest -q -rs --durations=0 > run.log; python scripts/suite_durations.py run.log``
+(``--write-costs tests/module_costs.json`` also records the seconds per module that tests/conftest.py orders by).
 Prints a markdown table (module, tests, set-up s, call s, total s, share of the sum) sorted by total, then the
 slowest set-ups (module fixtures: model conversion, LoRA training, base views). Set-up time of a module
 fixture is charged to the first test that requests it, so the set-up column is where shared work shows.
@@ -25,8 +26,11 @@ def parse(text: str) -> list[tuple[float, str, str, str]]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: suite_durations.py PYTEST_LOG (a run with --durations=0)", file=sys.stderr)
+    write_costs = None
+    if len(argv) == 3 and argv[1] == "--write-costs":
+        write_costs = argv[2]
+    elif len(argv) != 1:
+        print("usage: suite_durations.py PYTEST_LOG [--write-costs tests/module_costs.json]", file=sys.stderr)
         return 2
     rows = parse(open(argv[0], encoding="utf-8").read())
     if not rows:
@@ -38,6 +42,16 @@ def main(argv: list[str]) -> int:
         by_module[module][phase] += secs
         tests[module].add(test)
     total = sum(sum(p.values()) for p in by_module.values())
+    if write_costs:  # the order tests/conftest.py hands modules out in: costliest first
+        import json
+
+        from pathlib import Path
+
+        costs = {p.name: 0.0 for p in Path(write_costs).parent.glob("test_*.py")}  # under pytest's 5 ms: free
+        costs.update({m.removeprefix("tests/"): round(sum(p.values()), 1) for m, p in by_module.items()})
+        with open(write_costs, "w", encoding="utf-8") as f:
+            json.dump(dict(sorted(costs.items(), key=lambda kv: -kv[1])), f, indent=1)
+            f.write("\n")
     print(f"sum of test times: {total:.0f} s ({total / 60:.1f} min) over {len(by_module)} modules\n")
     print("| module | tests | set-up s | call s | total s | share |")
     print("|---|---:|---:|---:|---:|---:|")

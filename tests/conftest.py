@@ -17,6 +17,31 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # parallel workers share the co
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
+# Converted models and trained test LoRAs are made once per machine, under the toolfid home as it is when
+# the suite starts (scripts/setup.sh converts the models): a test that points TOOLFID_HOME at a temporary
+# folder still finds them there.
+from scripts.real_models import toolfid_home as _machine_home  # noqa: E402
+
+os.environ.setdefault("TOOLFID_CACHE", str(_machine_home()))
+MODULE_COSTS = Path(__file__).with_name("module_costs.json")
+"""Measured seconds per test module (``scripts/suite_durations.py LOG --write-costs``): the costliest modules are
+handed out first, so neither xdist worker is left alone with a long module at the end of the run."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest modules first (longest-processing-time scheduling for ``--dist loadfile``); within a module the
+    order is the file's. A module missing from the table (new) counts as costly, so it is never last."""
+    import json
+
+    try:
+        costs = json.loads(MODULE_COSTS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    unknown = max(costs.values(), default=0.0)
+    position = {item: i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (-costs.get(item.nodeid.split("::")[0].removeprefix("tests/"), unknown),
+                                 item.nodeid.split("::")[0], position[item]))
+
 
 @pytest.fixture(scope="session")
 def smollm2() -> Path:

@@ -1,6 +1,6 @@
 """LoRA adapters for the real-model tests, trained on CPU in seconds and cached by recipe.
 
-``trained_lora(base, recipe)`` returns an adapter folder under ``$TOOLFID_HOME/adapters/<key>``,
+``trained_lora(base, recipe)`` returns an adapter folder under ``$TOOLFID_CACHE/adapters/<key>`` (the machine's cache, see tests/conftest.py),
 where the key hashes the recipe (contexts, target, layers, steps, seed…) and the base's config: the
 first call trains it, later calls (and later test sessions) reuse it. ``zero_lora`` saves a freshly
 initialised LoRA (B = 0: the adapter changes nothing).
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lm_eval_toolfid.core.fsutil import exclusive
-from scripts.real_models import staged_folder, toolfid_home
+from scripts.real_models import cache_root, staged_folder
 
 RECIPE_VERSION = 1
 
@@ -67,8 +67,8 @@ def zero_lora(base: Path, out: Path, rank: int = 8) -> Path:
 
 
 def trained_lora(base: Path, recipe: Recipe) -> Path:
-    """The recipe's adapter, trained on first use and cached under ``$TOOLFID_HOME/adapters``."""
-    target = toolfid_home() / "adapters" / f"lora-{recipe.key(base)}"
+    """The recipe's adapter, trained on first use and cached under ``$TOOLFID_CACHE/adapters``."""
+    target = cache_root() / "adapters" / f"lora-{recipe.key(base)}"
     if (target / ".complete").is_file():
         return target
     with exclusive(target.with_name(f".{target.name}.lock")):  # parallel test workers train it once
