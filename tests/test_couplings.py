@@ -1,0 +1,116 @@
+"""Every private attribute of transformers, PEFT, lm-eval and jsonschema that the code relies on, named once.
+
+The engine and the lm-eval seam reach past these libraries' public APIs in a few places (see each test's
+docstring for the module that does). pyproject.toml bounds transformers and PEFT to the versions these
+couplings are tested with; when a newer release drops or changes one, this file fails first, naming the
+attribute and the installed version, instead of a run giving wrong answers somewhere deep in a view.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return f"{dist} {version(dist)}"
+
+
+def test_peft_adapter_switches_used_by_joint_runs() -> None:
+    """``integrations/lm_eval/joint.adapters_enabled`` flips ``PeftModel._adapters_disabled`` and each
+    ``BaseTunerLayer``'s switch, so rows can name their adapter inside ``disable_adapter()``."""
+    from peft import PeftModel
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from transformers import AutoModelForCausalLM
+
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+
+    fix = fixture_paths()
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(fix["base"]), fix["adapters"]["faithful"])
+    where = _version("peft")
+    assert getattr(model, "_adapters_disabled", None) is False, f"{where}: PeftModel._adapters_disabled is gone"
+    with model.disable_adapter():
+        assert model._adapters_disabled is True, f"{where}: disable_adapter() no longer sets _adapters_disabled"
+        layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+        assert layers and all(m.disable_adapters for m in layers), f"{where}: BaseTunerLayer.disable_adapters"
+    assert callable(getattr(BaseTunerLayer, "enable_adapters", None)), f"{where}: BaseTunerLayer.enable_adapters"
+    assert hasattr(model, "has_active_enabled_adapter"), f"{where}: PeftModel.has_active_enabled_adapter"
+
+
+def test_transformers_cache_layer_the_slot_cache_subclasses() -> None:
+    """``engine/slot_cache.py`` subclasses ``DynamicLayer`` and builds a ``Cache`` from its layers."""
+    import torch
+    from transformers.cache_utils import Cache, DynamicLayer
+
+    from lm_eval_toolfid.engine.slot_cache import slot_cache_classes
+
+    where = _version("transformers")
+    assert "layers" in inspect.signature(Cache.__init__).parameters, f"{where}: Cache(layers=...) is gone"
+    for name in ("get_seq_length", "get_mask_sizes", "update"):
+        assert callable(getattr(DynamicLayer, name, None)), f"{where}: DynamicLayer.{name} is gone"
+    slot_layer, slot_cache = slot_cache_classes()
+    keys = torch.zeros(1, 2, 8, 4)
+    layer = slot_layer(8, keys, keys.clone(), length=3)
+    assert (layer.is_initialized, layer.get_seq_length(), tuple(layer.keys.shape)) == (True, 3, (1, 2, 3, 4)), where
+    assert slot_cache([layer]).get_seq_length() == 3, f"{where}: Cache no longer asks its layers for their length"
+
+
+def test_transformers_attention_registry_the_engine_patches() -> None:
+    """``engine/attention.folded_gqa_attention`` swaps ``ALL_ATTENTION_FUNCTIONS["sdpa"]`` and reads its
+    ``_local_mapping`` to restore it."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from lm_eval_toolfid.engine.attention import folded_gqa_attention
+
+    where = _version("transformers")
+    assert isinstance(getattr(ALL_ATTENTION_FUNCTIONS, "_local_mapping", None), dict), \
+        f"{where}: ALL_ATTENTION_FUNCTIONS._local_mapping is gone"
+    original = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    with folded_gqa_attention():
+        assert getattr(ALL_ATTENTION_FUNCTIONS["sdpa"], "toolfid_folded", False), f"{where}: the patch did not take"
+    assert ALL_ATTENTION_FUNCTIONS["sdpa"] is original, f"{where}: the patch was not undone"
+
+
+def test_hflm_calls_tok_batch_encode_before_model_generate_for_each_batch() -> None:
+    """``integrations/lm_eval/hf_model.ToolfidHFLM`` saves a batch's strings in ``tok_batch_encode`` and reads
+    them in ``_model_generate``, and rewrites ``batch_size_per_gpu``: lm-eval's HFLM must call the two in that
+    order, once each per batch, and read that attribute."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+
+    calls: list[str] = []
+
+    class Recording(HFLM):
+        def tok_batch_encode(self, strings, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN201
+            calls.append(f"encode {len(strings)}")
+            return super().tok_batch_encode(strings, *args, **kwargs)
+
+        def _model_generate(self, context, max_length, stop, **kwargs):  # noqa: ANN001, ANN003, ANN201
+            calls.append(f"generate {context.shape[0]}")
+            return super()._model_generate(context, max_length, stop, **kwargs)
+
+    lm = Recording(pretrained=fixture_paths()["base"], batch_size=2, device="cpu")
+    where = _version("lm_eval")
+    assert lm.batch_size_per_gpu == 2, f"{where}: HFLM.batch_size_per_gpu is gone"
+    requests = [Instance("generate_until", {}, (f"call {i}:", {"until": ["\n"], "max_gen_toks": 4}), i)
+                for i in range(3)]
+    assert len(lm.generate_until(requests, disable_tqdm=True)) == 3
+    assert calls == ["encode 2", "generate 2", "encode 1", "generate 1"], \
+        f"{where}: HFLM no longer calls tok_batch_encode then _model_generate per batch: {calls}"
+
+
+@pytest.mark.parametrize("module", ["_keywords", "_utils"])
+def test_jsonschema_modules_whose_regex_the_schema_guard_replaces(module: str) -> None:
+    """``core/schema.py`` gives jsonschema's ``_keywords`` and ``_utils`` a time-bounded ``re``."""
+    import importlib
+
+    from lm_eval_toolfid.core import schema
+
+    mod = importlib.import_module(f"jsonschema.{module}")
+    assert getattr(mod, "re", None) is schema._GUARDED_RE, \
+        f"{_version('jsonschema')}: jsonschema.{module} no longer uses a module-level re (pattern guard off)"
