@@ -30,6 +30,7 @@ them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.ge
 - ``decode_batch`` and ``oom_halvings``: the batch that ran, and how often it was halved for memory;
 - ``views_together``: the views whose rows were decoded in the same engine run as this view's, each row under
   its own adapter (:mod:`~lm_eval_toolfid.integrations.lm_eval.joint`); absent when the view ran alone;
+  ``rows_together``: how many of the view's requests were decoded in such a run (the others ran alone);
   ``joint_near_tie_tokens`` / ``joint_near_tie_cases``: its decoded tokens at a near tie (the view alone goes
   through batches of other shapes, where such a token could round otherwise).
 """
@@ -91,6 +92,7 @@ def summarize_generation(infos: Iterable[Any], verify: bool | None = None, adapt
         together = next((r["views_together"] for r in ours if r.get("views_together")), None)
         if together:
             out["views_together"] = list(together)
+            out["rows_together"] = sum(1 for r in ours if r.get("views_together"))
             out["joint_near_tie_tokens"] = sum(r.get("joint_near_ties", 0) for r in ours)
             out["joint_near_tie_cases"] = sum(1 for r in ours if r.get("joint_near_ties"))
         note = next((r["views_together_note"] for r in ours if r.get("views_together_note")), None)

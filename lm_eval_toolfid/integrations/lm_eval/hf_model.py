@@ -347,9 +347,9 @@ class ToolfidHFLM(HFLM):
         lanes: list[JointView | None] = [None]
         note = None
         if joint is not None and current is not None:
-            fits = self._views_that_fit(prompts, max_new, joint)
+            fits = self._views_that_fit(prompts, max_new, joint, strings)
             note = joint.notes[-1] if joint.notes else None
-            lanes = list(joint.group(fits))
+            lanes = list(joint.group(fits, strings))
         answers = self._run_lanes(lanes, prompts, max_new, stop, strings, plans, note)
         mine = answers[0]
         for lane, lane_answers in zip(lanes[1:], answers[1:]):
@@ -360,13 +360,13 @@ class ToolfidHFLM(HFLM):
                 held[s] = JointAnswer(answer_key(max_new, stop, lane_plan), tokens, info, check)
         return self._assemble(context, max_new, strings, plans, stop, mine)
 
-    def _views_that_fit(self, prompts: list[list[int]], max_new: int, joint: JointRun) -> int:
+    def _views_that_fit(self, prompts: list[list[int]], max_new: int, joint: JointRun, strings: list[str]) -> int:
         """How many views' rows the free memory holds at once (the KV of every row of each)."""
         from lm_eval_toolfid.engine.batch_size import rows_in_memory
 
         fits = views_that_fit(rows_in_memory(self.model, self.device, [len(p) + max_new for p in prompts]),
                               len(prompts), len(joint.views))
-        pending = [v for v in joint.views if not any(v.label in g for g in joint.groups)]
+        pending = joint.pending(strings)
         if fits < len(pending) and (joint.most is None or fits < joint.most):
             joint.notes.append(f"views decoded {fits} at a time: the free memory holds the KV of about "
                                f"{fits * len(prompts)}-{(fits + 1) * len(prompts) - 1} rows and a view has "

@@ -68,6 +68,11 @@ class JointRun:
     """The labels of each engine run, in order."""
     notes: list[str] = field(default_factory=list)
     """Why views went in more than one group (one line each)."""
+    computed: dict[str, set[str]] = field(default_factory=dict)
+    """label -> the requests (contexts) whose answers an engine run has computed for that view. A view is done
+    with a batch of requests when all of them are here, not after its first engine run: lm-eval generates a
+    view's requests in one batch per distinct generation settings (a case with its own ``max_new_tokens`` makes
+    another), and each batch is decoded together with the views after it."""
 
     def view(self, label: str | None) -> JointView | None:
         return next((v for v in self.views if v.label == label), None)
@@ -84,25 +89,35 @@ class JointRun:
             del held[s]
         return found  # type: ignore[return-value]
 
-    def group(self, fits: int) -> list[JointView]:
-        """The current view and the views after it not computed yet that may go with it, at most ``fits`` (and
-        :attr:`most`): a group with the base takes no view that verifies the base's answers."""
+    def pending(self, strings: Sequence[str]) -> list[JointView]:
+        """The views whose answers to these requests no engine run has computed yet."""
+        wanted = set(strings)
+        return [v for v in self.views if not wanted <= self.computed.get(v.label, set())]
+
+    def group(self, fits: int, strings: Sequence[str]) -> list[JointView]:
+        """The current view and the views not computed yet for these requests that may go with it, at most
+        ``fits`` (and :attr:`most`): a group with the base takes no view that verifies the base's answers.
+        The views in the group are marked computed for ``strings``."""
         first = self.view(self.current)
         assert first is not None
-        done = {label for run in self.groups for label in run}
+        pending = {v.label for v in self.pending(strings)}
         cap = max(1, min(fits, self.most or fits))
         group = [first]
         for v in self.views:
             if len(group) >= cap:
                 break
-            if v is first or v.label in done:
+            if v is first or v.label not in pending:
                 continue
             if v.verifies and any(g.adapter is None for g in group):
                 continue
             if v.adapter is None and any(g.verifies for g in group):
                 continue
             group.append(v)
-        self.groups.append([v.label for v in group])
+        labels = [v.label for v in group]
+        if labels not in self.groups:  # one entry per distinct group (a group serves each batch of settings)
+            self.groups.append(labels)
+        for v in group:
+            self.computed.setdefault(v.label, set()).update(strings)
         return group
 
 
