@@ -114,3 +114,26 @@ def test_jsonschema_modules_whose_regex_the_schema_guard_replaces(module: str) -
     mod = importlib.import_module(f"jsonschema.{module}")
     assert getattr(mod, "re", None) is schema._GUARDED_RE, \
         f"{_version('jsonschema')}: jsonschema.{module} no longer uses a module-level re (pattern guard off)"
+
+
+def test_a_batch_generated_without_its_prompts_is_a_warning_not_a_silent_fallback(caplog) -> None:
+    """If lm-eval stopped calling ``tok_batch_encode`` before ``_model_generate``, ``ToolfidHFLM`` cannot match
+    the batch to its requests' plans: it says so once (naming lm-eval's version) and answers with transformers'
+    generate, the plain path."""
+    import logging
+
+    import torch
+
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+    from lm_eval_toolfid.integrations.lm_eval.hf_model import ToolfidHFLM
+
+    lm = ToolfidHFLM(pretrained=fixture_paths()["base"], batch_size=1, device="cpu")
+    lm._plans = {"a request of this view": object()}  # the view has requests; the batch came without its prompts
+    lm._batch_strings = None
+    context = torch.tensor([lm.tok_encode("call 1:")])
+    with caplog.at_level(logging.WARNING, logger="lm_eval.toolfid"):
+        out = lm._model_generate(context, context.shape[1] + 3, ["\n"])
+        lm._model_generate(context, context.shape[1] + 3, ["\n"])
+    warned = [r.getMessage() for r in caplog.records if "without handing over its prompts" in r.getMessage()]
+    assert len(warned) == 1 and _version("lm_eval").split()[1] in warned[0], warned
+    assert out.shape[0] == 1 and out.shape[1] > context.shape[1]

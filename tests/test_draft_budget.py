@@ -135,7 +135,9 @@ def test_observe_tallies_the_groups_first_passes_and_dropped_rows_join_as_plain_
 
 def test_the_stop_reaches_the_views_record_and_the_run_header() -> None:
     from lm_eval_toolfid.cli.run import drafting_note, generation_paths
-    from lm_eval_toolfid.integrations.lm_eval.generation_record import summarize_generation
+    from dataclasses import replace
+
+    from lm_eval_toolfid.integrations.lm_eval.generation_record import GenerationInfo, summarize_generation
 
     budget = DraftBudget(probe_rows=2, min_gain=0.4, first_chunk=16)
     budget.record(16, 1)
@@ -148,12 +150,12 @@ def test_the_stop_reaches_the_views_record_and_the_run_header() -> None:
     assert drafting_stopped(SimpleNamespace(draft_budgets=DraftBudgets(EngineConfig()))) is None
     assert drafting_stopped(SimpleNamespace(draft_budgets=None)) is None and drafting_stopped(object()) is None
     reason = "verified against the base's answers: exact in float32"
-    row = {"engine": "toolfid", "verify": True, "verify_reason": reason, "draft_tokens": 9, "tokens": 9,
-           "drafting_stopped": stop}
-    infos = [dict(row, verified=2, accepted=2, decoded=6)] * 2 + [dict(row, decoded=8, draft_dropped=True)] * 3
+    row = GenerationInfo(engine="toolfid", verify=True, verify_reason=reason, draft_tokens=9, tokens=9,
+                         drafting_stopped=stop)
+    infos = [replace(row, verified=2, accepted=2, decoded=6)] * 2 + [replace(row, decoded=8, draft_dropped=True)] * 3
     gen = summarize_generation(infos, verify=None)
     assert gen["rows_verified"] == 2 and gen["rows_draft_dropped"] == 3 and gen["drafting_stopped"] == stop
-    plain = summarize_generation([dict(row, drafting_stopped=None)] * 2, verify=None)
+    plain = summarize_generation([replace(row, drafting_stopped=None)] * 2, verify=None)
     assert plain["rows_draft_dropped"] == 0 and "drafting_stopped" not in plain and drafting_note(plain) == ""
     header = " ".join(generation_paths([SimpleNamespace(label="early", toolfid={"generation": gen}),
                                         SimpleNamespace(label="fine", toolfid={"generation": plain})]).split())

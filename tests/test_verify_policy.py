@@ -58,10 +58,10 @@ def test_cli_flags_reach_the_metadata() -> None:
 
 
 def test_a_views_record_says_which_path_it_took_and_why() -> None:
-    from lm_eval_toolfid.integrations.lm_eval.generation_record import summarize_generation
+    from lm_eval_toolfid.integrations.lm_eval.generation_record import GenerationInfo, summarize_generation
 
     reason = choose_verify(None, torch.bfloat16).reason
-    rows = [{"engine": "toolfid", "verify": False, "verify_reason": reason, "tokens": 3, "decoded": 2}] * 4
+    rows = [GenerationInfo(engine="toolfid", verify=False, verify_reason=reason, tokens=3, decoded=2)] * 4
     gen = summarize_generation(rows, verify=None)
     assert gen["verify"] is False and gen["verify_reason"] == reason and gen["verify_requested"] == "auto"
     assert gen["rows_verified"] == 0

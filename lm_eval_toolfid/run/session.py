@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 from lm_eval_toolfid.calibration.adapters import check_adapter
 from lm_eval_toolfid.cases.bundled import tasks_path
 from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.core.flags import parse_flag
 from lm_eval_toolfid.reporting.view_store import ViewResult
 from lm_eval_toolfid.run.plan import ModelOptions, RunPlan, View
 
@@ -167,10 +168,7 @@ class ModelSession:
 
 def verify_setting(value: Any) -> bool | None:
     """A view's metadata ``verify`` as the task reads it (None: not given)."""
-    if value is None or isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    return True if text in ("true", "1", "yes") else False if text in ("false", "0", "no") else None
+    return parse_flag(value, "verify")
 
 
 def check_adapters(adapters: Iterable[str], base: str) -> None:

@@ -1,6 +1,6 @@
 """A view's generation record: how its tokens were obtained (the ``generation`` block of its provenance).
 
-``ToolfidHFLM`` leaves a small dict on each request (``Instance.toolfid_generation``); the task sums
+``ToolfidHFLM`` leaves a :class:`GenerationInfo` on each request (``Instance.toolfid_generation``); the task sums
 them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.generation``:
 
 - ``engine``: ``toolfid`` (the greedy engine), ``generate`` (transformers' generate, with the
@@ -39,66 +39,101 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 from lm_eval_toolfid.engine.decoding import NEAR_TIE
+
+
+@dataclass(frozen=True)
+class GenerationInfo:
+    """How one request's answer was obtained: left on the request (``Instance.toolfid_generation``) by
+    ``ToolfidHFLM`` and summed per view by :func:`summarize_generation` (the fields are described above)."""
+
+    engine: str
+    """``toolfid`` (the greedy engine) or ``generate`` (transformers' generate)."""
+    reason: str | None = None
+    """Why transformers' generate answered (engine ``generate``)."""
+    verify: bool = False
+    verify_reason: str | None = None
+    verify_requested: bool | None = None
+    draft_source: str | None = None
+    draft_tokens: int = 0
+    tokens: int = 0
+    accepted: int = 0
+    verified: int = 0
+    decoded: int = 0
+    near_ties: int = 0
+    finish: str | None = None
+    prompt_tokens: int = 0
+    prompt_tokens_shared: int = 0
+    shared_near_ties: int = 0
+    near_tie_tolerance: float | None = None
+    decode_batch: int = 0
+    oom_halvings: int = 0
+    draft_dropped: bool = False
+    drafting_stopped: dict[str, Any] | None = None
+    views_together: tuple[str, ...] = ()
+    """The views of the joint engine run that answered it (empty: the view ran alone)."""
+    joint_near_ties: int = 0
+    views_together_note: str | None = None
 
 
 def summarize_generation(infos: Iterable[Any], verify: bool | None = None, adapter_view: bool = True) -> dict[str, Any]:
     """Sum the per-request records of one view (requests without one are not counted); ``verify``: the
     view's ``verify`` setting (None: not given); ``adapter_view`` False: a base view (it decodes: its
     answers are what adapter views pair with, so the verify decision does not apply to it)."""
-    rows = [i for i in infos if isinstance(i, dict)]
+    rows = [i for i in infos if isinstance(i, GenerationInfo)]
     out: dict[str, Any] = {"verify": verify is not False, "verify_requested": "auto" if verify is None else verify}
     if not rows:
         out["engine"] = "not recorded"
         return out
-    ours = [r for r in rows if r.get("engine") == "toolfid"]
-    decided = [r for r in ours if "verify_reason" in r]
+    ours = [r for r in rows if r.engine == "toolfid"]
+    decided = [r for r in ours if r.verify_reason is not None]
     if not adapter_view:
         if ours:
             out["verify_reason"] = "the base view: decoded (its answers are what adapter views pair with)"
     elif decided:  # the model class decided (one dtype per view: one decision)
-        out["verify"] = any(r.get("verify") for r in decided)
-        out["verify_reason"] = decided[0]["verify_reason"]
-    others = [r for r in rows if r.get("engine") != "toolfid"]
+        out["verify"] = any(r.verify for r in decided)
+        out["verify_reason"] = decided[0].verify_reason
+    others = [r for r in rows if r.engine != "toolfid"]
     out["engine"] = "toolfid" if not others else ("generate" if not ours else "mixed")
     out["rows"] = len(rows)
     if others:
         out["generate_rows"] = len(others)
-        out["generate_reason"] = next((r.get("reason") for r in others if r.get("reason")), None)
+        out["generate_reason"] = next((r.reason for r in others if r.reason), None)
     if ours:
-        drafted = [r for r in ours if r.get("draft_tokens")]
-        dropped = [r for r in drafted if r.get("draft_dropped")]
+        drafted = [r for r in ours if r.draft_tokens]
+        dropped = [r for r in drafted if r.draft_dropped]
         out.update(
             rows_verified=len(drafted) - len(dropped),
             rows_draft_dropped=len(dropped),
-            draft_sources=dict(Counter(r.get("draft_source") for r in drafted)),
-            rows_answered_by_verification=sum(1 for r in drafted if not r.get("decoded")),
-            tokens=sum(r.get("tokens", 0) for r in ours),
-            tokens_accepted=sum(r.get("accepted", 0) for r in ours),
-            tokens_verified=sum(r.get("verified", 0) for r in drafted),
-            tokens_decoded=sum(r.get("decoded", 0) for r in ours),
-            near_tie_tolerance=max((r.get("near_tie_tolerance") or NEAR_TIE for r in ours), default=NEAR_TIE),
-            near_tie_tokens=sum(r.get("near_ties", 0) for r in drafted),
-            near_tie_cases=sum(1 for r in drafted if r.get("near_ties")),
-            prompt_tokens=sum(r.get("prompt_tokens", 0) for r in ours),
-            prompt_tokens_shared=sum(r.get("prompt_tokens_shared", 0) for r in ours),
-            prefix_near_tie_tokens=sum(r.get("shared_near_ties", 0) for r in ours),
-            prefix_near_tie_cases=sum(1 for r in ours if r.get("shared_near_ties")),
-            decode_batch=max(r.get("decode_batch", 0) for r in ours),
-            oom_halvings=max(r.get("oom_halvings", 0) for r in ours),
+            draft_sources=dict(Counter(r.draft_source for r in drafted)),
+            rows_answered_by_verification=sum(1 for r in drafted if not r.decoded),
+            tokens=sum(r.tokens for r in ours),
+            tokens_accepted=sum(r.accepted for r in ours),
+            tokens_verified=sum(r.verified for r in drafted),
+            tokens_decoded=sum(r.decoded for r in ours),
+            near_tie_tolerance=max((r.near_tie_tolerance or NEAR_TIE for r in ours), default=NEAR_TIE),
+            near_tie_tokens=sum(r.near_ties for r in drafted),
+            near_tie_cases=sum(1 for r in drafted if r.near_ties),
+            prompt_tokens=sum(r.prompt_tokens for r in ours),
+            prompt_tokens_shared=sum(r.prompt_tokens_shared for r in ours),
+            prefix_near_tie_tokens=sum(r.shared_near_ties for r in ours),
+            prefix_near_tie_cases=sum(1 for r in ours if r.shared_near_ties),
+            decode_batch=max(r.decode_batch for r in ours),
+            oom_halvings=max(r.oom_halvings for r in ours),
         )
-        together = next((r["views_together"] for r in ours if r.get("views_together")), None)
+        together = next((r.views_together for r in ours if r.views_together), None)
         if together:
             out["views_together"] = list(together)
-            out["rows_together"] = sum(1 for r in ours if r.get("views_together"))
-            out["joint_near_tie_tokens"] = sum(r.get("joint_near_ties", 0) for r in ours)
-            out["joint_near_tie_cases"] = sum(1 for r in ours if r.get("joint_near_ties"))
-        note = next((r["views_together_note"] for r in ours if r.get("views_together_note")), None)
+            out["rows_together"] = sum(1 for r in ours if r.views_together)
+            out["joint_near_tie_tokens"] = sum(r.joint_near_ties for r in ours)
+            out["joint_near_tie_cases"] = sum(1 for r in ours if r.joint_near_ties)
+        note = next((r.views_together_note for r in ours if r.views_together_note), None)
         if note:
             out["views_together_note"] = note
-        stopped = next((r["drafting_stopped"] for r in ours if r.get("drafting_stopped")), None)
+        stopped = next((r.drafting_stopped for r in ours if r.drafting_stopped), None)
         if stopped is not None:
             out["drafting_stopped"] = stopped
     if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:

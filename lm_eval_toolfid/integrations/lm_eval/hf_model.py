@@ -50,6 +50,7 @@ from lm_eval_toolfid.engine.decoding import (EngineConfig, EngineUnsupported, Gr
 from lm_eval_toolfid.engine.draft_budget import drafting_stopped
 from lm_eval_toolfid.engine.stopping import RowStopper, eos_token_ids, make_stopping_criteria
 from lm_eval_toolfid.engine.verify_policy import VerifyChoice, choose_verify, combine_requests
+from lm_eval_toolfid.integrations.lm_eval.generation_record import GenerationInfo
 from lm_eval_toolfid.integrations.lm_eval.hints import RequestHints, hints_of
 from lm_eval_toolfid.integrations.lm_eval.joint import (JointAnswer, JointRun, JointView, adapters_enabled,
                                                         views_that_fit)
@@ -144,6 +145,15 @@ def engine_blocker(model: Any, generation_kwargs: dict[str, Any]) -> str | None:
     return None
 
 
+def _lm_eval_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lm_eval")
+    except PackageNotFoundError:
+        return "(version unknown)"
+
+
 @register_model("toolfid-hf")
 class ToolfidHFLM(HFLM):
     """HFLM whose tool_use_fidelity requests go through toolfid's greedy engine (plain or verified)."""
@@ -168,11 +178,22 @@ class ToolfidHFLM(HFLM):
         self._plans: dict[str, _Plan] = {}
         self._share_prefixes = True
         """Metadata ``prefix_cache`` of the view being generated (False if any of its requests says so)."""
-        self._row_info: dict[str, dict[str, Any]] = {}
+        self._row_info: dict[str, GenerationInfo] = {}
         self._check_texts: dict[str, str] = {}
         """context -> the generation run on without the early stop (rows marked for ``check_stops``)."""
         self._batch_strings: list[str] | None = None
+        """The strings of the batch lm-eval is generating: ``tok_batch_encode`` saves them for ``_model_generate``
+        (HFLM calls the two in that order per batch: tests/test_couplings.py)."""
         self._stop_now = False
+        self._engine_batch: int | str | None = None
+        """The batch size asked for, while a whole view goes to the engine as one lm-eval batch."""
+        self._engine_unsupported: str | None = None
+        """Why this model cannot use the engine (None: it can), once :attr:`_engine_checked`."""
+        self._engine_checked = False
+        self._warned_fallback = False
+        self._warned_call_order = False
+        self._last_engine: Any = None
+        """The engine of the latest run (its stats and near-tie bound)."""
         self.joint: JointRun | None = None
         """Views evaluated together (set by the session): the first of them to generate computes the others'
         answers in the same engine run (:mod:`~lm_eval_toolfid.integrations.lm_eval.joint`)."""
@@ -234,8 +255,8 @@ class ToolfidHFLM(HFLM):
 
     def _engine_fits(self, requests: list[Any]) -> str | None:
         """Why these requests will not go to the engine (None: they will), decided before batching."""
-        if not hasattr(self, "_engine_unsupported"):
-            self._engine_unsupported: str | None = engine_unsupported(self.model)
+        if not self._engine_checked:  # the model is final only once lm-eval has loaded it (and its adapter)
+            self._engine_unsupported, self._engine_checked = engine_unsupported(self.model), True
         if self._engine_unsupported:
             return self._engine_unsupported
         for r in requests:
@@ -254,6 +275,11 @@ class ToolfidHFLM(HFLM):
     def _model_generate(self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any) -> Any:
         strings = self._batch_strings
         plans = [self._plans.get(s) for s in strings] if strings and len(strings) == context.shape[0] else []
+        if self.use_engine and self._plans and not plans and not self._warned_call_order:
+            self._warned_call_order = True  # lm-eval changed how it hands a batch over: say so, never silently
+            log.warning("toolfid: lm-eval %s generated a batch without handing over its prompts first "
+                        "(tok_batch_encode, then _model_generate): generating with transformers' generate; "
+                        "tests/test_couplings.py names this coupling", _lm_eval_version())
         if self.use_engine and plans and all(p is not None for p in plans):
             why_not = engine_blocker(self.model, generation_kwargs)
             if why_not is None:
@@ -293,11 +319,11 @@ class ToolfidHFLM(HFLM):
         return out
 
     def _note_fallback(self, strings: list[str], why: str) -> None:
-        if not getattr(self, "_warned_fallback", False):
+        if not self._warned_fallback:
             self._warned_fallback = True
             log.info("toolfid: generating with transformers' generate (%s)", why)
         for s in strings:
-            self._row_info[s] = {"engine": "generate", "reason": why}
+            self._row_info[s] = GenerationInfo(engine="generate", reason=why)
 
     def _generate_with_call_end(self, context: Any, max_length: int, stop: list[str], strings: list[str],
                                 plans: list[_Plan], **generation_kwargs: Any) -> Any:
@@ -376,7 +402,7 @@ class ToolfidHFLM(HFLM):
 
     def _run_lanes(self, lanes: list[JointView | None], prompts: list[list[int]], max_new: int, stop: list[str],
                    strings: list[str], plans: list[_Plan],
-                   note: str | None = None) -> list[list[tuple[list[int], dict[str, Any], str | None]]]:
+                   note: str | None = None) -> list[list[tuple[list[int], GenerationInfo, str | None]]]:
         """One engine run for every lane's rows (a lane: one view of a joint run; None: the model as it is, the
         one lane of a view generated alone). Returns per lane, per request: (answer tokens, generation record,
         run-on text for ``check_stops``)."""
@@ -444,24 +470,25 @@ class ToolfidHFLM(HFLM):
                 tokens = res.answer
                 if base_lane:  # the base's tokens: what adapter views of this session verify
                     self.drafts[s] = list(tokens)
-                info = {
-                    "engine": "toolfid", "verify": choice.verify, "verify_reason": choice.reason,
-                    "verify_requested": plan.verify, "draft_source": source, "draft_tokens": res.draft_len,
-                    "tokens": len(tokens), "accepted": res.accepted, "verified": res.verified,
-                    "decoded": res.decoded, "near_ties": res.near_ties, "finish": res.finish,
-                    "prompt_tokens": len(prompts[i]), "prompt_tokens_shared": res.shared,
-                    "shared_near_ties": res.shared_near_ties, "near_tie_tolerance": self._last_engine.near_tie,
-                    "decode_batch": used, "oom_halvings": halvings, "draft_dropped": res.draft_dropped,
-                    "drafting_stopped": drafting_stopped(engine, lane.adapter if joint and lane else None),
-                    **({"views_together": labels, "joint_near_ties": res.joint_near_ties} if joint else {}),
-                    **({"views_together_note": note} if joint and note else {}),
-                }
+                info = GenerationInfo(
+                    engine="toolfid", verify=choice.verify, verify_reason=choice.reason,
+                    verify_requested=plan.verify, draft_source=source, draft_tokens=res.draft_len,
+                    tokens=len(tokens), accepted=res.accepted, verified=res.verified,
+                    decoded=res.decoded, near_ties=res.near_ties, finish=res.finish,
+                    prompt_tokens=len(prompts[i]), prompt_tokens_shared=res.shared,
+                    shared_near_ties=res.shared_near_ties, near_tie_tolerance=engine.near_tie,
+                    decode_batch=used, oom_halvings=halvings, draft_dropped=res.draft_dropped,
+                    drafting_stopped=drafting_stopped(engine, lane.adapter if joint and lane else None),
+                    views_together=tuple(labels) if joint else (),
+                    joint_near_ties=res.joint_near_ties if joint else 0,
+                    views_together_note=note if joint else None,
+                )
                 answers.append((list(tokens), info, self._as_lm_eval_text(res.tokens, stop) if plan.check else None))
             out.append(answers)
         return out
 
     def _assemble(self, context: Any, max_new: int, strings: list[str], plans: list[_Plan], stop: list[str],
-                  answers: list[tuple[list[int], dict[str, Any], str | None]]) -> Any:
+                  answers: list[tuple[list[int], GenerationInfo, str | None]]) -> Any:
         """What lm-eval expects back (context + answer, padded), each row's generation record kept for the task."""
         import torch
 

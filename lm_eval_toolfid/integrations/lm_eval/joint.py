@@ -49,7 +49,8 @@ class JointAnswer:
     key: tuple[Any, ...]
     """What the request must match to take it (budget, stop strings, the row's plan)."""
     tokens: list[int]
-    info: dict[str, Any]
+    info: Any
+    """Its :class:`~lm_eval_toolfid.integrations.lm_eval.generation_record.GenerationInfo`."""
     check_text: str | None = None
 
 

@@ -26,6 +26,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.core.flags import parse_flag
 from lm_eval_toolfid.integrations.lm_eval.hints import hints_of
 from lm_eval_toolfid.serving.client import Journal, ServedAnswer, ServerClient, ask_all
 from lm_eval_toolfid.serving.connection import Connection, connection_from_model_args, remember
@@ -63,7 +64,7 @@ class ToolfidServerLM(LM):
         self.client = ServerClient(self.base_url, self.model_name, self.api, connection=connection)
         self.concurrency = connection.concurrency
         self.journal_path = journal
-        self.resume = str(resume).lower() not in ("false", "0", "no")
+        self.resume = bool(parse_flag(resume, "resume", default=True))
         self.tokenizer_source = tokenizer
         self.answer_hook: Any = None
         """Called ``(answer)`` as each answer arrives (``toolfid run``'s progress line)."""

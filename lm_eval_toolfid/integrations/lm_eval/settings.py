@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.core.flags import parse_flag
 from lm_eval_toolfid.pairing.identity import adapter_of, suspicious_keys
 from lm_eval_toolfid.pairing.served import is_served
 from lm_eval_toolfid.scoring.verdict import VerdictConfig
@@ -66,6 +67,13 @@ class TaskSettings(BaseModel):
     verdict: VerdictConfig = VerdictConfig()
     model_args: dict[str, Any] = Field(default_factory=dict)
     raw: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("write_reference", "verify", "prefix_cache", mode="before")
+    @classmethod
+    def _flag(cls, value: Any, info: Any) -> Any:
+        if value is None and info.field_name != "verify":
+            return value  # pydantic reports a missing yes/no as it does any other field
+        return parse_flag(value, info.field_name)
 
     @field_validator("allowed_tools", mode="before")
     @classmethod
