@@ -144,14 +144,6 @@ class PrefixPlan:
     def depth(self, node_id: int | None) -> int:
         return 0 if node_id is None else self.nodes[node_id].depth
 
-    def chain(self, node_id: int | None) -> list[int]:
-        """The node and its ancestors, root first."""
-        out = []
-        while node_id is not None:
-            out.append(node_id)
-            node_id = self.nodes[node_id].parent
-        return out[::-1]
-
     def _prune(self) -> None:
         while True:
             idle = [n for n in self.nodes.values() if n.users == 0]
