@@ -312,3 +312,49 @@ def test_a_doc_file_is_read_with_line_numbers(tmp_path: Path) -> None:
     assert [(c.line, c.args) for c in commands] == [
         (1, ("run", "--base", "B", "--adapter", "A", "--nope")), (5, ("demo", "--no-breakdown"))]
     assert check_command(commands[0]) == ["toolfid run: unknown option --nope"]
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_OUTSIDE = re.compile(r"(?<![\w.])\.\./(?!\.\.)[\w.-]+|/work/|(?<![\w/.])shared/")
+
+
+def outside_references(path: Path, root: Path = REPO) -> list[str]:
+    """Links of one Markdown file that do not point at a file under ``root``, and code spans naming a path
+    outside it (``../something``, ``/work/…``, ``shared/…``)."""
+    problems = []
+    name = str(path.relative_to(root)) if path.is_relative_to(root) else path.name
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        where = f"{name}:{number}"
+        for target in _LINK.findall(line):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            resolved = (path.parent / target.split("#")[0]).resolve()
+            if not resolved.is_relative_to(root) or not resolved.exists():
+                problems.append(f"{where}: link to {target} (not a file of the repository)")
+        for span in re.findall(r"`([^`]+)`", line):
+            first = span.split()[0] if span.split() else ""
+            target = (path.parent / first).resolve()
+            inside = first.startswith("../") and target.is_relative_to(root) and target.exists()
+            if _OUTSIDE.search(span) and not inside:
+                problems.append(f"{where}: `{span[:80]}` points outside the repository")
+    return problems
+
+
+def test_docs_link_only_to_files_in_the_repository() -> None:
+    """Every relative link of README.md and docs/*.md points at a file of the repository, and no text points
+    at a path outside it: a user reading the docs has only the repository."""
+    problems = [p for path in DOCS for p in outside_references(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_an_outside_reference_is_named(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    (root / "README.md").write_text("x\n", encoding="utf-8")
+    page = root / "docs" / "page.md"
+    page.write_text("see [the readme](../README.md) and [missing](gone.md)\n"
+                    "measured on an H200 (`../shared/gpu.md`), data in `/work/shared/bfcl`\n", encoding="utf-8")
+    assert outside_references(page, root) == [
+        "docs/page.md:1: link to gone.md (not a file of the repository)",
+        "docs/page.md:2: `../shared/gpu.md` points outside the repository",
+        "docs/page.md:2: `/work/shared/bfcl` points outside the repository"]
