@@ -78,3 +78,13 @@ def test_two_rank_lm_eval_run_completes(tmp_path: Path) -> None:
     samples = [json.loads(line) for f in out.rglob(f"samples_{FIXTURE_TASK}_*.jsonl")
                for line in f.read_text().splitlines() if line.strip()]
     assert len(samples) == 8  # both ranks' samples gathered
+    # rank 0 finishes the run from the gathered records: it alone writes the base reference, of all 8 cases
+    # (a subset reference: --limit), and says so in the results (the README and docs/own-model.md say this)
+    from lm_eval_toolfid.pairing.references import read_reference
+
+    refs = sorted((tmp_path / "home" / "references").glob("*.json"))
+    assert len(refs) == 1, refs
+    ref = read_reference(refs[0])
+    assert ref.subset and len(ref.generations) == 8
+    toolfid = results["configs"][FIXTURE_TASK]["metadata"]["toolfid"]
+    assert toolfid["reference_written"] == str(refs[0]) and "reference_not_written" not in toolfid
