@@ -289,43 +289,75 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    add_task_settings(p)
-    add_model_options(p)
-    add_output_option(p, "folder for results and samples (default runs/toolfid-<time>)")
-    p.add_argument("--null-runs", type=int, default=0, help="calibrate with K null adapters per multiplier first")
-    p.add_argument("--views-together", dest="views_together", type=positive_int, default=None, metavar="N",
-                   help="decode up to N views (the base and its adapters) in one batch, each row under its own "
-                        "LoRA (default: as many as memory holds; 1: one view at a time)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the null adapters (default %(default)s)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of the table (stdout)")
-    p.add_argument("--gate", action="store_true",
-                   help="exit 1 if any adapter fails its verdict, 2 if any is undecided (and none failed)")
-    p.add_argument("--junit", metavar="FILE", help="write JUnit XML (one testcase per adapter × gate)")
-    p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report")
-    p.add_argument("--limit", type=int, metavar="N",
-                   help="the first N cases only (as lm_eval --limit: the base view stores a subset reference)")
-    p.add_argument("--check-stops", dest="check_stops", type=int, default=0, metavar="N",
-                   help="decode N cases of each view on past the early stop at the end of the call and check that "
-                        "no scored answer changes; exit 3 if one does (metadata key check_stops)")
-    p.add_argument("--resume", action="store_true",
-                   help="with --output DIR: reuse views already saved there for the same base, adapter, task and "
-                        "settings; run only the rest")
-    p.add_argument("--verbose", action="store_true", help="show lm-eval's own progress bars and INFO logs")
-    p.add_argument("--no-breakdown", action="store_true", help="print only the verdict table")
+def add_run_options(p: argparse.ArgumentParser, adapters: bool = False, served: bool = False,
+                    own: Any = None) -> dict[str, Any]:
+    """The options of ``toolfid run`` / ``toolfid demo``, in argument groups (model, adapters, cases and prompt,
+    speed, served, outputs, calibration, gating); returns the groups (``adapters`` / ``served``: make those groups
+    too; ``own(groups)`` adds the caller's options first, so they lead the usage line)."""
+    from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS
+
+    groups: dict[str, Any] = {"model": p.add_argument_group("model")}
+    if adapters:
+        groups["adapters"] = p.add_argument_group("adapters")
+    groups["cases"] = cases = p.add_argument_group("cases and prompt")
+    groups["speed"] = speed = p.add_argument_group("speed (same outputs)")
+    if served:
+        groups["served"] = p.add_argument_group(
+            "served models (an OpenAI-compatible server: vLLM, SGLang, llama.cpp, transformers serve)")
+    groups["outputs"] = outputs = p.add_argument_group("outputs")
+    groups["calibration"] = calibration = p.add_argument_group("calibration")
+    groups["gating"] = gating = p.add_argument_group("gating and checks")
+    if own is not None:
+        own(groups)
+    add_task_settings(cases)
+    cases.add_argument("--limit", type=int, metavar="N",
+                       help="the first N cases only (as lm_eval --limit: the base view stores a subset reference)")
+    add_model_options(groups["model"], speed=speed)
+    speed.add_argument("--views-together", dest="views_together", type=positive_int, default=None, metavar="N",
+                       help="decode up to N views (the base and its adapters) in one batch, each row under its own "
+                            "LoRA (default: as many as memory holds; 1: one view at a time)")
+    add_output_option(outputs, "folder for results and samples (default runs/toolfid-<time>)")
+    outputs.add_argument("--log_samples", "--log-samples", dest="log_samples", action="store_true",
+                         help="accepted as in lm_eval: toolfid always writes every view's per-case samples "
+                              "(pairing reads them)")
+    outputs.add_argument("--json", action="store_true", help="print JSON instead of the table (stdout)")
+    outputs.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report")
+    outputs.add_argument("--resume", action="store_true",
+                         help="with --output DIR: reuse views already saved there for the same base, adapter, task "
+                              "and settings; run only the rest")
+    outputs.add_argument("--verbose", action="store_true",
+                         help="show how the views' tokens were obtained (verification, drafting, views decoded "
+                              "together, near ties), lm-eval's own progress bars and INFO logs")
+    outputs.add_argument("--no-breakdown", action="store_true", help="print only the verdict table")
+    mult = ", ".join(f"{m:g}" for m in DEFAULT_MULTIPLIERS)
+    calibration.add_argument("--null-runs", type=int, default=0, metavar="K",
+                             help=f"calibrate first: K null adapters shaped like the first adapter at each update-norm "
+                                  f"multiplier ({mult}), so {len(DEFAULT_MULTIPLIERS)}×K more views over every case; "
+                                  "gives the z column (default 0: no calibration)")
+    calibration.add_argument("--seed", type=int, default=0, help="seed of the null adapters (default %(default)s)")
+    gating.add_argument("--gate", action="store_true",
+                        help="exit 1 if any adapter fails its verdict, 2 if any is undecided (and none failed)")
+    gating.add_argument("--junit", metavar="FILE", help="write JUnit XML (one testcase per adapter × gate)")
+    gating.add_argument("--check-stops", dest="check_stops", type=int, default=0, metavar="N",
+                        help="decode N cases of each view on past the early stop at the end of the call and check "
+                             "that no scored answer changes; exit 3 if one does (metadata key check_stops)")
+    return groups
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="evaluate base and adapter(s) in one process, print verdicts",
                        description="Load the base once, run the task on the base and on every adapter, "
                                    "print the verdict table and breakdowns.")
-    p.add_argument("--base", required=True, help="base model: local dir or hub id (with --server: its served name)")
-    p.add_argument("--adapter", required=True, action="append",
-                   help="PEFT adapter dir, or NAME=DIR (repeatable); with --server: a served model name, or LABEL=NAME")
-    p.add_argument("--task", default=DEFAULT_TASK, help="task name (default %(default)s)")
-    add_run_options(p)
-    served = p.add_argument_group("served models (an OpenAI-compatible server: vLLM, SGLang, llama.cpp, "
-                                  "transformers serve)")
+
+    def own(groups: dict[str, Any]) -> None:
+        groups["model"].add_argument("--base", required=True,
+                                     help="base model: local dir or hub id (with --server: its served name)")
+        groups["adapters"].add_argument("--adapter", required=True, action="append",
+                                        help="PEFT adapter dir, or NAME=DIR (repeatable); with --server: a served "
+                                             "model name, or LABEL=NAME")
+        groups["cases"].add_argument("--task", default=DEFAULT_TASK, help="task name (default %(default)s)")
+
+    served = add_run_options(p, adapters=True, served=True, own=own)["served"]
     served.add_argument("--server", metavar="URL",
                         help="evaluate the models this server serves (e.g. http://127.0.0.1:8000); --base and "
                              "--adapter are then served model names")
