@@ -22,104 +22,6 @@ from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, EXIT_SERVER, EXIT_STOP
 from lm_eval_toolfid.run.plan import ModelOptions, RunPlan, ServedOptions
 
 
-def _paint_verdicts(table: str) -> str:
-    from lm_eval_toolfid.reporting.term import use_colour
-
-    if not use_colour(sys.stdout):
-        return table
-    codes = {" PASS ": "32;1", " FAIL ": "31;1", " UNDECIDED ": "33;1"}
-    lines = []
-    for line in table.splitlines():
-        for word, code in codes.items():
-            if word in line:
-                line = line.replace(word, f" \x1b[{code}m{word.strip()}\x1b[0m ", 1)
-                break
-        lines.append(line)
-    return "\n".join(lines)
-
-
-def generation_paths(rows: list[Any], base: Any = None) -> str:
-    """One line per way the adapter views' tokens were obtained (verified or decoded) and why, and one per group of
-    views decoded together (``base``: the base view's row): the run's header."""
-    by_reason: dict[str, list[str]] = {}
-    groups: list[tuple[str, ...]] = []
-    notes: list[str] = []
-    for row in [*([base] if base is not None else []), *rows]:
-        gen = (row.toolfid or {}).get("generation") or {}
-        if row is not base and gen.get("verify_reason"):
-            by_reason.setdefault(gen["verify_reason"] + drafting_note(gen), []).append(row.label)
-        together = tuple(gen.get("views_together") or ())
-        if len(together) > 1 and together not in groups:
-            groups.append(together)
-        if gen.get("views_together_note") and gen["views_together_note"] not in notes:
-            notes.append(gen["views_together_note"])
-    import shutil
-    import textwrap
-
-    width = max(40, shutil.get_terminal_size((120, 24)).columns - 1)
-    lines = [f"tokens of {', '.join(labels)}: {reason}" for reason, labels in by_reason.items()]
-    if groups:
-        lines.append("decoded together, one batch per group, each row under its own LoRA: "
-                     + "; ".join(" + ".join(g) for g in groups) + (f" ({'; '.join(notes)})" if notes else ""))
-    return "\n".join(textwrap.fill(line, width=width, subsequent_indent="    ", break_on_hyphens=False)
-                     for line in lines)
-
-
-def drafting_note(gen: dict[str, Any]) -> str:
-    """What a verified view's header line adds when its drafts were rejected early and drafting stopped
-    (:mod:`lm_eval_toolfid.engine.draft_budget`); empty otherwise."""
-    stop = gen.get("drafting_stopped")
-    if not stop:
-        return ""
-    return (f"; drafting stopped after {stop.get('after_rows')} rows: {stop.get('reason')}, so "
-            f"{gen.get('rows_draft_dropped', 0)} of {gen.get('rows', 0)} rows were decoded instead")
-
-
-def verification_note(rows: list[Any]) -> str:
-    """One line on how the adapter views' tokens were obtained, one more if any verified token was a near tie,
-    one if any view's token on a shared prompt prefix was (every view's, the base's too), and one if any token
-    of views decoded together was."""
-    parts, ties, prefix_ties, joint_ties, tol = [], [], [], [], None
-    for row in rows:
-        gen = (row.toolfid or {}).get("generation") or {}
-        if gen.get("joint_near_tie_tokens"):
-            tol = gen.get("near_tie_tolerance", tol)
-            joint_ties.append(f"{row.label} {gen['joint_near_tie_tokens']} token(s) in "
-                              f"{gen.get('joint_near_tie_cases', 0)} case(s)")
-        if gen.get("prefix_near_tie_tokens"):
-            tol = gen.get("near_tie_tolerance", tol)
-            prefix_ties.append(f"{row.label} {gen['prefix_near_tie_tokens']} token(s) in "
-                               f"{gen.get('prefix_near_tie_cases', 0)} case(s)")
-        if not gen.get("rows_verified") or not gen.get("tokens"):
-            continue
-        stop = gen.get("drafting_stopped")
-        parts.append(f"{row.label} {gen['tokens_accepted'] / gen['tokens']:.0%} "
-                     f"({gen.get('rows_answered_by_verification', 0)}/{gen['rows']} cases without decoding"
-                     + (f"; drafting stopped after {stop.get('after_rows')} rows" if stop else "") + ")")
-        tol = gen.get("near_tie_tolerance", tol)
-        if gen.get("near_tie_tokens"):
-            ties.append(f"{row.label} {gen['near_tie_tokens']} token(s) in {gen['near_tie_cases']} case(s)")
-    if not parts and not prefix_ties and not joint_ties:
-        return ""
-    import shutil
-    import textwrap
-
-    width = max(40, shutil.get_terminal_size((120, 24)).columns - 1)
-    paragraphs = ["verified against the base's answers (share of tokens accepted): " + ", ".join(parts)] if parts else []
-    if ties:
-        paragraphs.append(f"near ties (top-two logit gap < {tol:g}, where verified and decoded arithmetic could "
-                          "pick differently): " + "; ".join(ties) + " — compare with --no-verify")
-    if prefix_ties:
-        paragraphs.append(f"near ties on shared prompt prefixes (top-two logit gap < {tol:g}, where a prefix computed "
-                          "once could round otherwise): " + "; ".join(prefix_ties) + " — compare with --no-prefix-cache")
-    if joint_ties:
-        paragraphs.append(f"near ties in views decoded together (top-two logit gap < {tol:g}, where a view alone, in "
-                          "batches of other shapes, could round otherwise): " + "; ".join(joint_ties)
-                          + " — compare with --views-together 1")
-    return "\n".join(textwrap.fill(p, width=width, subsequent_indent="    ", break_on_hyphens=False)
-                     for p in paragraphs)
-
-
 def _resume_hint(args: argparse.Namespace, out: Path) -> str:
     from lm_eval_toolfid.cli.served_options import redact_argv
 
@@ -199,8 +101,11 @@ def _plan(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadat
 
 
 def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any]) -> int:
+    """The screen: the verdict first (:mod:`lm_eval_toolfid.reporting.screen`), the engine's account under
+    ``--verbose``, the breakdowns, where the results are; then the exit code."""
+    from lm_eval_toolfid.reporting import screen
     from lm_eval_toolfid.reporting.load import read_run
-    from lm_eval_toolfid.reporting.results import format_table, row_from_results
+    from lm_eval_toolfid.reporting.results import row_from_results
 
     rows = [row_from_results(v.results, v.label, args.task) for v in views]
     base_row = row_from_results(base_view.results, "base", args.task)
@@ -208,23 +113,16 @@ def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any
         print(json.dumps({"base": base_row.metrics, "adapters": {r.label: {"metrics": r.metrics, **r.toolfid}
                                                                    for r in rows}}, indent=2, default=str))
     else:
-        from lm_eval_toolfid.reporting.breakdown import prompt_label
-
-        valid = base_row.metric("json_valid_rate")
-        prompt = prompt_label(base_row.toolfid)
-        print(f"\n{args.task} — base {args.base} (json_valid_rate {'—' if valid is None else f'{valid:.3f}'}, "
-              f"{base_row.toolfid.get('n_cases')} cases{f', prompt {prompt}' if prompt else ''})")
-        if base_row.toolfid.get("prompt_style_requested") == "auto":
-            print(f"prompt_style auto -> {base_row.toolfid.get('prompt_style')}: "
-                  f"{base_row.toolfid.get('prompt_style_reason')}")
-        paths = generation_paths(rows, base_row)
-        if paths:
-            print(paths)
+        print("\n" + "\n".join(screen.header(args.task, args.base, base_row)))
+        if args.verbose:  # how the tokens were obtained: the engine's account (manifests and results keep it)
+            for text in (screen.generation_paths(rows, base_row), screen.verification_note([base_row, *rows])):
+                if text:
+                    print(text)
         print()
-        print(_paint_verdicts(format_table(rows, valid)))
-        note = verification_note([base_row, *rows])
-        if note:
-            print("\n" + note)
+        print(screen.paint_verdicts(screen.verdicts(rows, base_row.metric("json_valid_rate"))))
+        warning = screen.near_tie_warning(rows, base_row)
+        if warning:
+            print(warning)
     runs = [read_run(v.path) for v in views if v.path is not None]
     if not args.json and not args.no_breakdown:
         from lm_eval_toolfid.reporting.breakdown import breakdown, format_text

@@ -46,6 +46,9 @@ class Progress:
         self.started = time.monotonic()
         self.notes: list[str] = []
         self._shown_notes: set[str] = set()
+        self.together: list[list[str]] = []
+        """The labels of each group of views decoded in one engine run (set by the session that runs them): the
+        first view of a group does the decoding of all, the others take their answers from it."""
 
     # --- events --------------------------------------------------------------------------
 
@@ -99,10 +102,20 @@ class Progress:
         self._live_tokens, self._live_seconds = 0, 0.0
 
     def view_finished(self, label: str, n_cases: int | None = None) -> None:
+        """One line per view: its cases and time; in a group decoded together, the first view's line says the
+        group and the time of all of it, the others' say where they were decoded (no time of their own)."""
         seconds = time.monotonic() - self._view_t0
         rate = f", {self.tokens / self.gen_seconds:.0f} tok/s so far" if self.gen_seconds > 0 else ""
-        self.message(f"[{self.view_index}/{len(self.views)}] {label}: {n_cases if n_cases is not None else self.view_done}"
-                     f" cases in {_clock(seconds)}{rate}")
+        n = n_cases if n_cases is not None else self.view_done
+        where = f"[{self.view_index}/{len(self.views)}]"
+        group = next((g for g in reversed(self.together) if label in g and len(g) > 1), None)  # its latest
+        if group is None:
+            self.message(f"{where} {label}: {n} cases in {_clock(seconds)}{rate}")
+        elif group[0] == label:
+            self.message(f"{where} {' + '.join(group)}, decoded together: {len(group)} × {n} cases in "
+                         f"{_clock(seconds)}{rate}")
+        else:
+            self.message(f"{where} {label}: {n} cases (decoded above, together with {group[0]})")
         self.flush_notes()
 
     def note(self, text: str) -> None:

@@ -137,6 +137,8 @@ class ModelSession:
             self.load(plan.adapters)
         joint = self.joint_run(views)
         self.lm.joint = joint
+        if joint is not None and self.progress is not None:
+            self.progress.together = joint.groups  # its progress lines say what is decoded together
         try:
             for view in views:
                 if joint is not None:
