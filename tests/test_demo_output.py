@@ -1,6 +1,7 @@
-"""What `toolfid demo` / `toolfid run` print: one progress line per view, the task's warnings as notes under
-their view, no lm-eval log line unless --verbose, and a verdict table that fits the terminal with the full
-reasons below it."""
+"""What `toolfid demo` / `toolfid run` print: one progress line per view (a group decoded together said so), the
+task's warnings as notes under their view, no lm-eval log line unless --verbose; then the verdict first: one header
+line, a table that fits the terminal, a legend, the full reasons (a shared note once), where the results are; the
+engine's account under --verbose."""
 
 from __future__ import annotations
 
@@ -33,14 +34,28 @@ def test_demo_output_is_quiet_ordered_and_fits_the_terminal(tmp_path):
     views = len(progress)
     assert views >= 4 and [line.split("]")[0] for line in progress] == [f"toolfid: [{i}/{views}"
                                                                        for i in range(1, views + 1)]
-    table = proc.stdout.split("\nadapter ", 1)[1].split("\nresults and per-case samples")[0]
+    # the verdict first: at most two lines before the table (the header, and why prompt_style auto chose)
+    before, table = proc.stdout.split("\nadapter ", 1)
+    assert 1 <= len([line for line in before.splitlines() if line.strip()]) <= 2, before
+    assert before.strip().startswith("tool_use_fidelity_fixture — base ") and " 72 cases, prompt " in before
+    table = table.split("\nresults and per-case samples")[0]
     assert all(len(line) <= 100 for line in table.splitlines()), max(table.splitlines(), key=len)
     rows = {line.split()[0]: line for line in table.splitlines()  # table rows (wrapped notes below are indented)
             if line[:1].strip() and line.split()[0] in ("faithful", "hallucinating", "broken")}
     assert " PASS " in rows["faithful"] and " FAIL " in rows["hallucinating"] and " FAIL " in rows["broken"]
-    # the full reasons follow the table, one paragraph per adapter
+    # a legend under the table: what is gated, what halluc and arg-diff are
+    legend = " ".join(table.split("\ngated: ", 1)[1].split("\n\n", 1)[0].split())
+    assert legend.startswith("delta (valid − base ≥ -0.05) and the change in halluc from the base's (≤ +0.10)")
+    assert "not gated: p(McNemar), halluc itself, arg-diff, parse" in legend and "arg-diff: share of" in legend
+    # the full reasons follow, one paragraph per adapter; the note they all share is said once
     reasons = proc.stdout.replace("\n    ", " ")
     assert "hallucinating: FAIL — validity_delta " in reasons and "hallucination_delta +1.000 > +0.100" in reasons
+    assert reasons.count("no null calibration: z not computed") == 1
+    assert "(every adapter: no null calibration: z not computed)" in reasons
+    # the engine's account is left to --verbose (and the run's records); a near-tie line only as a warning
+    for internal in ("verified against", "drafting", "decoded together", "tokens accepted", "near ties ("):
+        assert internal not in proc.stdout, internal
+    assert "results and per-case samples: " in proc.stdout
 
 
 @pytest.mark.slow
@@ -48,6 +63,9 @@ def test_verbose_brings_lm_eval_logs_back(tmp_path):
     proc = _demo(tmp_path, "--verbose")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "tool_use_fidelity verdict: FAIL" in proc.stderr
+    # and the engine's account of how the views' tokens were obtained, above the table
+    above = " ".join(proc.stdout.split("\nadapter ", 1)[0].split())
+    assert "tokens of faithful" in above and "verified against the base's answers" in above
 
 
 def test_task_warnings_become_notes_under_their_view_and_the_verdict_line_is_left_to_the_table():
