@@ -110,16 +110,24 @@ def _tie_cases(row: Any) -> tuple[int, set[str]]:
     return cases, flags
 
 
+_GATE_DENOMINATOR = {"validity_delta": "json_valid_rate", "hallucination_delta": "hallucination_rate",
+                     "hallucination_rate": "hallucination_rate", "false_call_delta": "false_call_rate"}
+
+
 def _flips_to_cross(row: RunRow) -> int | None:
     """How many cases would have to change outcome for some decided gate of the row to change side (None: no
-    decided gate with a value)."""
-    n = row.toolfid.get("n_cases") or 0
-    if not n:
-        return None
-    margins = [abs(g["value"] - g["threshold"]) for g in (row.verdict or {}).get("gates") or []
-               if g.get("passed") is not None and isinstance(g.get("value"), (int, float))
-               and isinstance(g.get("threshold"), (int, float))]
-    return max(1, math.ceil(min(margins) * n - 1e-9)) if margins else None
+    decided gate on a rate): the gate's margin times its denominator (the run's cases where it is not recorded)."""
+    n_cases = row.toolfid.get("n_cases") or 0
+    counts = ((row.toolfid.get("summary") or {}).get("denominators") or {})
+    flips = []
+    for g in (row.verdict or {}).get("gates") or []:
+        if g.get("passed") is None or g.get("name") == "json_valid_z" or not isinstance(g.get("value"), (int, float)) \
+                or not isinstance(g.get("threshold"), (int, float)):
+            continue
+        n = counts.get(_GATE_DENOMINATOR.get(g["name"], ""), 0) or n_cases
+        if n:
+            flips.append(max(1, math.ceil(abs(g["value"] - g["threshold"]) * n - 1e-9)))
+    return min(flips) if flips else None
 
 
 def near_tie_warning(rows: Sequence[RunRow], base_row: RunRow | None = None) -> str:
