@@ -186,3 +186,21 @@ def test_progress_of_views_decoded_together_says_so_and_charges_no_time_twice():
     assert lines[0].startswith("toolfid: [1/3] base: 5 cases in ")
     assert lines[1].startswith("toolfid: [2/3] a + b, decoded together: 2 × 5 cases in ")
     assert lines[2] == "toolfid: [3/3] b: 5 cases (decoded above, together with a)"
+
+
+def test_the_live_line_of_a_group_counts_its_rows_once():
+    stream = io.StringIO()
+    progress = Progress(["base", "a", "b"], stream=stream, live=False)
+    progress.cases_per_view = 5
+    progress.together = [["a", "b"]]
+    progress.view_started("a")
+    progress.requests(5)
+    for _ in range(10):  # the engine finishes the rows of both views
+        progress.engine_row(3, 0.1)
+    progress.advance(5)  # lm-eval's bar counts a's five
+    assert "a + b · 10/10 cases" in progress.line() and progress.generated == 10
+    progress.view_finished("a", 5)
+    progress.view_started("b")
+    progress.requests(5)
+    progress.advance(5)  # b's answers were computed with a's: no new rows
+    assert progress.generated == 10 and "[2/3] b · 5/5 cases" in progress.line()

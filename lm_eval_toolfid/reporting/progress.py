@@ -79,11 +79,17 @@ class Progress:
             self.cases_per_view = total
         self._draw(force=True)
 
+    def _group(self, label: str) -> list[str] | None:
+        """The latest group of views decoded together that ``label`` is in (None: it ran alone)."""
+        return next((g for g in reversed(self.together) if label in g and len(g) > 1), None)
+
     def advance(self, n: int = 1) -> None:
         early = min(n, self._ahead)  # already counted by engine_row
         self._ahead -= early
         self.view_done += n - early
-        self.generated += n - early
+        group = self._group(self.current)
+        if group is None or group[0] == self.current:  # a later view of a group: its rows were counted with the first
+            self.generated += n - early
         self._draw()
 
     def engine_row(self, tokens: int, seconds: float) -> None:
@@ -108,7 +114,7 @@ class Progress:
         rate = f", {self.tokens / self.gen_seconds:.0f} tok/s so far" if self.gen_seconds > 0 else ""
         n = n_cases if n_cases is not None else self.view_done
         where = f"[{self.view_index}/{len(self.views)}]"
-        group = next((g for g in reversed(self.together) if label in g and len(g) > 1), None)  # its latest
+        group = self._group(label)
         if group is None:
             self.message(f"{where} {label}: {n} cases in {_clock(seconds)}{rate}")
         elif group[0] == label:
@@ -142,9 +148,12 @@ class Progress:
         return elapsed / self.generated * max(0, total - self.generated)
 
     def line(self) -> str:
-        parts = [f"[{self.view_index}/{len(self.views)}] {self.current}"]
+        group = self._group(self.current)
+        leads = group is not None and group[0] == self.current  # its engine run decodes the whole group's rows
+        parts = [f"[{self.view_index}/{len(self.views)}] {' + '.join(group) if leads else self.current}"]
         if self.view_total:
-            parts.append(f"{self.view_done}/{self.view_total} cases")
+            total = self.view_total * (len(group) if leads else 1)
+            parts.append(f"{min(self.view_done, total)}/{total} cases")
         if self.gen_seconds + self._live_seconds > 0:
             parts.append(f"{(self.tokens + self._live_tokens) / (self.gen_seconds + self._live_seconds):.0f} tok/s")
         eta = self.eta()
