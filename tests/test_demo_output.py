@@ -170,9 +170,15 @@ def test_near_ties_are_one_warning_line_only_when_they_could_change_a_verdict():
                  generation={"near_tie_cases": 1, "near_tie_tokens": 1, "joint_near_tie_cases": 1})
     far = _row("far", base, base, generation={"prefix_near_tie_cases": 1})  # +0.000: 2 cases from the floor
     assert screen.near_tie_warning([far]) == ""
-    warning = screen.near_tie_warning([close, far])
+    warning = screen.near_tie_warning([close, far], width=1000)
     assert "\n" not in warning and warning.startswith("warning: near ties could change the verdict of close (2 ")
     assert "far" not in warning and "--no-verify / --views-together 1" in warning and "--verbose" in warning
+    # a FAIL changes only if every failed gate turns: one far past its threshold keeps it, whatever the ties
+    renamer = _row("renamer", ["prose"] * 3 + [_call("get_forecast")] * 37, base,
+                   generation={"near_tie_cases": 3})  # validity 3 cases past, hallucination 37 cases past
+    assert renamer.toolfid["verdict"]["passed"] is False and screen.near_tie_warning([renamer]) == ""
+    assert "renamer" in screen.near_tie_warning([renamer], _row("base", base, base,
+                                                                 generation={"prefix_near_tie_cases": 40}))
 
 
 def test_progress_of_views_decoded_together_says_so_and_charges_no_time_twice():

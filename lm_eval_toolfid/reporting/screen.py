@@ -11,6 +11,7 @@ views decoded together, near ties) is the engine's business: :func:`generation_p
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import sys
 import textwrap
@@ -112,39 +113,49 @@ def _tie_cases(row: Any) -> tuple[int, set[str]]:
 
 _GATE_DENOMINATOR = {"validity_delta": "json_valid_rate", "hallucination_delta": "hallucination_rate",
                      "hallucination_rate": "hallucination_rate", "false_call_delta": "false_call_rate"}
+_OVER = re.compile(r"over (?:only )?(\d+) ")
 
 
-def _flips_to_cross(row: RunRow) -> int | None:
-    """How many cases would have to change outcome for some decided gate of the row to change side (None: no
-    decided gate on a rate): the gate's margin times its denominator (the run's cases where it is not recorded)."""
-    n_cases = row.toolfid.get("n_cases") or 0
+def _flips(gate: dict[str, Any], row: RunRow) -> int | None:
+    """How many cases would have to change outcome for ``gate`` to change side: its margin times its denominator
+    (the count its note gives, else the run's summary's, else the run's cases); None for a gate not on a rate."""
+    if gate.get("passed") is None or gate.get("name") == "json_valid_z" \
+            or not isinstance(gate.get("value"), (int, float)) or not isinstance(gate.get("threshold"), (int, float)):
+        return None
+    said = _OVER.search(str(gate.get("note") or ""))
     counts = ((row.toolfid.get("summary") or {}).get("denominators") or {})
-    flips = []
-    for g in (row.verdict or {}).get("gates") or []:
-        if g.get("passed") is None or g.get("name") == "json_valid_z" or not isinstance(g.get("value"), (int, float)) \
-                or not isinstance(g.get("threshold"), (int, float)):
-            continue
-        n = counts.get(_GATE_DENOMINATOR.get(g["name"], ""), 0) or n_cases
-        if n:
-            flips.append(max(1, math.ceil(abs(g["value"] - g["threshold"]) * n - 1e-9)))
+    n = int(said.group(1)) if said else counts.get(_GATE_DENOMINATOR.get(gate["name"], ""), 0) or \
+        row.toolfid.get("n_cases") or 0
+    return max(1, math.ceil(abs(gate["value"] - gate["threshold"]) * n - 1e-9)) if n else None
+
+
+def _flips_to_change(row: RunRow) -> int | None:
+    """How many cases would have to change outcome for the row's verdict to change: a FAIL only if every failed
+    gate turns (the hardest of them), a PASS or an undecided verdict if any decided gate does (the easiest)."""
+    gates = (row.verdict or {}).get("gates") or []
+    if (row.verdict or {}).get("passed") is False:
+        failed = [_flips(g, row) for g in gates if g.get("passed") is False]
+        return None if not failed or None in failed else max(f for f in failed if f is not None)
+    flips = [f for f in (_flips(g, row) for g in gates) if f is not None]
     return min(flips) if flips else None
 
 
-def near_tie_warning(rows: Sequence[RunRow], base_row: RunRow | None = None) -> str:
-    """One line when a view has enough cases at a near tie (where another arithmetic could pick another token)
-    to change a verdict: the adapters, and the option that checks; empty otherwise (details: ``--verbose``)."""
+def near_tie_warning(rows: Sequence[RunRow], base_row: RunRow | None = None, width: int | None = None) -> str:
+    """One warning (wrapped to the terminal) when a view has enough cases at a near tie (where another arithmetic
+    could pick another token) to change a verdict: the adapters, and the option that checks; empty otherwise (the
+    counts are under ``--verbose``)."""
     base_cases, flags = _tie_cases(base_row) if base_row is not None else (0, set())
     at_risk = []
     for row in rows:
         cases, own = _tie_cases(row)
-        flips = _flips_to_cross(row)
+        flips = _flips_to_change(row)
         if cases + base_cases and flips is not None and cases + base_cases >= flips:
             at_risk.append(f"{row.label} ({cases + base_cases} case(s) at a near tie, {flips} would change it)")
             flags |= own
     if not at_risk:
         return ""
-    return (f"warning: near ties could change the verdict of {', '.join(at_risk)}: compare with "
-            f"{' / '.join(sorted(flags))} (details: --verbose)")
+    return _fill(f"warning: near ties could change the verdict of {', '.join(at_risk)}: compare with "
+                 f"{' / '.join(sorted(flags))} (details: --verbose)", width)
 
 
 def paint_verdicts(table: str) -> str:
