@@ -124,9 +124,11 @@ def test_more_views_than_memory_holds_go_in_groups_and_say_so(fixture_runs: dict
     _assert_same(_answers(tmp_path / "out"), _answers(fixture_runs["root"] / "alone_decoded"), LIMIT)
     groups = [_generation(tmp_path / "out", view).get("views_together") for view in ["base", *ADAPTERS]]
     assert groups == [["base", "faithful"]] * 2 + [["hallucinating", "broken"]] * 2 + [None]  # the last one alone
-    text = " ".join(stdout.split())
-    assert "views decoded 2 at a time" in text and "a view has 24" in text, stdout
-    assert "base + faithful; hallucinating + broken" in text
+    text = " ".join(stderr.split())  # the progress lines say the groups, and a note under them why
+    assert "views decoded 2 at a time" in text and "a view has 24" in text, stderr
+    assert f"[1/5] base + faithful, decoded together: 2 × {LIMIT} cases in" in text
+    assert f"[3/5] hallucinating + broken, decoded together: 2 × {LIMIT} cases in" in text
+    assert f"[5/5] prose_after_results: {LIMIT} cases in" in text
 
 
 def test_a_joint_run_interrupted_and_resumed_gives_the_uninterrupted_answers(
