@@ -134,10 +134,10 @@ def test_observe_tallies_the_groups_first_passes_and_dropped_rows_join_as_plain_
 
 
 def test_the_stop_reaches_the_views_record_and_the_run_header() -> None:
-    from lm_eval_toolfid.cli.run import drafting_note, generation_paths
     from dataclasses import replace
 
     from lm_eval_toolfid.integrations.lm_eval.generation_record import GenerationInfo, summarize_generation
+    from lm_eval_toolfid.reporting.screen import drafting_note, generation_paths
 
     budget = DraftBudget(probe_rows=2, min_gain=0.4, first_chunk=16)
     budget.record(16, 1)

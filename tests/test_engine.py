@@ -290,9 +290,10 @@ def test_drafts_rejected_early_stop_drafting_and_rows_decode_as_plain(fixture_mo
 
 def test_toolfid_run_header_says_where_drafting_stopped(toolfid_home: Path, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture) -> None:
-    """`toolfid run` with an adapter whose drafts are rejected early (the fixture's hallucinating adapter: its first
-    token is the base's, then it calls another tool) and a faithful one: the header line of the first says that
-    drafting stopped and why; the faithful view stays verified throughout."""
+    """`toolfid run --verbose` with an adapter whose drafts are rejected early (the fixture's hallucinating adapter:
+    its first token is the base's, then it calls another tool) and a faithful one: the header line of the first says
+    that drafting stopped and why; the faithful view stays verified throughout. (Without --verbose the screen leaves
+    this account to the run's records: test_demo_output.py.)"""
     from lm_eval_toolfid.cases.bundled import fixture_paths
     from lm_eval_toolfid.cli import main
 
@@ -300,7 +301,7 @@ def test_toolfid_run_header_says_where_drafting_stopped(toolfid_home: Path, tmp_
     out = tmp_path / "run"
     assert main(["run", "--base", paths["base"], "--adapter", paths["adapters"]["hallucinating"], "--adapter",
                  paths["adapters"]["faithful"], "--cases", "fixture", "--limit", "24", "--no-breakdown",
-                 "--output", str(out)]) == 0
+                 "--verbose", "--output", str(out)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     header = text.split("adapter valid")[0]
     results = {v: json.loads((out / v / "results.json").read_text()) for v in ("hallucinating", "faithful")}
@@ -317,8 +318,8 @@ def test_toolfid_run_header_says_where_drafting_stopped(toolfid_home: Path, tmp_
     assert "tokens of faithful: verified against the base's answers: exact in float32 and cheaper than decoding " \
            "(--no-verify decodes)" in header and "faithful: verified against the base's answers: exact in float32 " \
            "and cheaper than decoding (--no-verify decodes);" not in header
-    # and the note under the table, where the share of tokens accepted is low because drafting stopped
-    assert "cases without decoding; drafting stopped after 8 rows)" in text.split("adapter valid")[1]
+    # and the share of tokens accepted, low because drafting stopped (above the table too, under --verbose)
+    assert "cases without decoding; drafting stopped after 8 rows)" in header
 
 
 # --- through toolfid run and the lm_eval flow ----------------------------------------------------
@@ -526,8 +527,8 @@ def test_half_precision_schedule_differences_are_counted_near_ties(fixture_model
 
 def test_toolfid_run_in_bfloat16_counts_and_prints_its_near_ties(toolfid_home: Path, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture) -> None:
-    """`toolfid run --dtype bfloat16 --verify`: the views' records carry the bfloat16 bound, and the near ties of
-    the verified view and of the shared prefixes (base view included) are printed under the table. (Without
+    """`toolfid run --dtype bfloat16 --verify --verbose`: the views' records carry the bfloat16 bound, and the near
+    ties of the verified view and of the shared prefixes (base view included) are printed above the table. (Without
     ``--verify`` half precision decodes adapter views: tests/test_half_precision.py.)"""
     from lm_eval_toolfid.cases.bundled import fixture_paths
     from lm_eval_toolfid.cli import main
@@ -535,7 +536,7 @@ def test_toolfid_run_in_bfloat16_counts_and_prints_its_near_ties(toolfid_home: P
     paths = fixture_paths()
     out = tmp_path / "bf16"
     assert main(["run", "--base", paths["base"], "--adapter", paths["adapters"]["faithful"], "--cases", "fixture",
-                 "--dtype", "bfloat16", "--verify", "--no-breakdown", "--output", str(out)]) == 0
+                 "--dtype", "bfloat16", "--verify", "--no-breakdown", "--verbose", "--output", str(out)]) == 0
     text = capsys.readouterr().out
     assert "tokens of faithful: verified: --verify (metadata verify: true) forces it in bfloat16" in " ".join(text.split())
     results = {v: json.loads((out / v / "results.json").read_text()) for v in ("base", "faithful")}

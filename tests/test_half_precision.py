@@ -75,7 +75,8 @@ def smol(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     zero = zero_lora(smollm2, root / "zero")
     out: dict = {"root": root}
     out["run"] = _toolfid(["run", "--base", smollm2, "--adapter", f"zero={zero}", "--dtype", "bfloat16",
-                           "--limit", N, "--batch-size", N, "--no-breakdown", "--output", root / "run"], root / "h1")
+                           "--limit", N, "--batch-size", N, "--no-breakdown", "--verbose", "--output", root / "run"],
+                          root / "h1")
     common = ["--tasks", TASK, "--model", "hf", "--log_samples", "--device", "cpu", "--limit", N, "--batch_size", N]
     out["lm_base"] = _toolfid(["lm-eval", *common, "--model_args", f"pretrained={smollm2},dtype=bfloat16",
                                "--output_path", root / "lm-base"], root / "h2")
@@ -94,7 +95,7 @@ def test_toolfid_run_in_bfloat16_a_zero_lora_gives_the_base_answers(smol: dict) 
     assert gen["verify"] is False and gen["verify_requested"] == "auto" and gen["rows_verified"] == 0
     assert "in bfloat16" in gen["verify_reason"] and "--verify forces it" in gen["verify_reason"]
     assert toolfid_meta(base_results, TASK)["generation"]["verify_reason"].startswith("the base view")
-    # the header says which path the adapter view took and why, above the table
+    # under --verbose the header says which path the adapter view took and why, above the table
     header = " ".join(run.stdout.split("adapter  valid")[0].split())
     assert "tokens of zero: decoded as the base view was: in bfloat16" in header
     assert "decoded together, one batch per group, each row under its own LoRA: base + zero" in header

@@ -95,9 +95,13 @@ def test_fixture_adapters_verified_together_equal_each_alone(fixture_runs: dict[
         assert gen["views_together"] == ADAPTERS and gen["verify"] is True and gen["rows_verified"] > 0
         assert "views_together" not in _generation(root / "alone", name)
     assert "views_together" not in _generation(root / "together", "base")
-    stdout = fixture_runs["together"][1]
-    assert "decoded together" in stdout and " + ".join(ADAPTERS) in stdout.replace("\n    ", " ")
-    assert "decoded together" not in fixture_runs["alone"][1]
+    _, stdout, stderr = fixture_runs["together"]
+    # the progress line of the first view of the group says what was decoded together, and the others take no time
+    assert f"{' + '.join(ADAPTERS)}, decoded together: {len(ADAPTERS)} × {LIMIT} cases in " in stderr, stderr
+    for name in ADAPTERS[1:]:
+        assert f"{name}: {LIMIT} cases (decoded above, together with {ADAPTERS[0]})" in stderr
+    assert "decoded together" not in stdout  # the screen leaves the engine's account to --verbose
+    assert "decoded together" not in fixture_runs["alone"][1] + fixture_runs["alone"][2]
 
 
 def test_fixture_base_decoded_with_its_adapters_equals_each_alone(fixture_runs: dict[str, Any]) -> None:
@@ -120,9 +124,11 @@ def test_more_views_than_memory_holds_go_in_groups_and_say_so(fixture_runs: dict
     _assert_same(_answers(tmp_path / "out"), _answers(fixture_runs["root"] / "alone_decoded"), LIMIT)
     groups = [_generation(tmp_path / "out", view).get("views_together") for view in ["base", *ADAPTERS]]
     assert groups == [["base", "faithful"]] * 2 + [["hallucinating", "broken"]] * 2 + [None]  # the last one alone
-    text = " ".join(stdout.split())
-    assert "views decoded 2 at a time" in text and "a view has 24" in text, stdout
-    assert "base + faithful; hallucinating + broken" in text
+    text = " ".join(stderr.split())  # the progress lines say the groups, and a note under them why
+    assert "views decoded 2 at a time" in text and "a view has 24" in text, stderr
+    assert f"[1/5] base + faithful, decoded together: 2 × {LIMIT} cases in" in text
+    assert f"[3/5] hallucinating + broken, decoded together: 2 × {LIMIT} cases in" in text
+    assert f"[5/5] prose_after_results: {LIMIT} cases in" in text
 
 
 def test_a_joint_run_interrupted_and_resumed_gives_the_uninterrupted_answers(

@@ -67,7 +67,8 @@ def out_dir(output: str | None) -> Path:
     return Path("runs") / time.strftime("toolfid-%Y%m%dT%H%M%S")
 
 
-def add_task_settings(p: argparse.ArgumentParser) -> None:
+def add_task_settings(p: Any) -> None:
+    """The task's settings, on a parser or an argument group."""
     p.add_argument("--cases", help="case file (JSONL), or 'default' / 'fixture'")
     p.add_argument("--demos", type=int, help="number of demonstrations in the prompt")
     p.add_argument("--prompt-style", dest="prompt_style", choices=("auto", "plain", "chat", "raw"),
@@ -80,8 +81,12 @@ def add_task_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference-dir", dest="reference_dir", help="where base references are stored")
 
 
-def add_model_options(p: argparse.ArgumentParser, batch_default: int | str | None = "auto") -> None:
-    p.add_argument("--batch-size", default=batch_default, type=batch_size,
+def add_model_options(p: Any, batch_default: int | str | None = "auto", speed: Any = None) -> None:
+    """``--device``/``--dtype`` on ``p``; the speed options (batch size, verification, prefix cache) on ``speed``
+    (an argument group; default ``p``). ``--batch_size`` is lm-eval's spelling of ``--batch-size``."""
+    model = p
+    p = speed if speed is not None else p
+    p.add_argument("--batch-size", "--batch_size", dest="batch_size", default=batch_default, type=batch_size, metavar="N",
                    help="rows generated at once, or 'auto': sized from free memory and the model (on CPU at "
                         "most 64); out of memory, a view halves it and says so (default: auto)")
     verify = p.add_mutually_exclusive_group()
@@ -94,16 +99,15 @@ def add_model_options(p: argparse.ArgumentParser, batch_default: int | str | Non
     p.add_argument("--no-prefix-cache", dest="no_prefix_cache", action="store_const", const=True, default=None,
                    help="compute every prompt whole instead of computing the prefixes cases share once per view (same "
                         "outputs, near ties counted; metadata key prefix_cache: false)")
-    p.add_argument("--device", help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if available)")
-    p.add_argument("--dtype", help="model dtype, e.g. float32, bfloat16, float16 (default: the model's own)")
+    model.add_argument("--device", help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if available)")
+    model.add_argument("--dtype", help="model dtype, e.g. float32, bfloat16, float16 (default: the model's own)")
 
 
-def add_output_option(p: argparse.ArgumentParser, help_text: str, required: bool = False,
-                      legacy_out: bool = False) -> None:
-    """``--output`` everywhere; ``--out`` stays accepted (hidden) where it existed before."""
-    p.add_argument("--output", help=help_text + (" (required)" if required else ""))
-    if legacy_out:
-        p.add_argument("--out", dest="output", help=argparse.SUPPRESS)
+def add_output_option(p: Any, help_text: str, required: bool = False, legacy_out: bool = False) -> None:
+    """``--output`` everywhere, ``--output_path`` (lm-eval's spelling) with it; ``--out`` stays accepted (hidden: it
+    was a prefix of ``--output`` before ``--output_path`` made it ambiguous). ``legacy_out`` is no longer needed."""
+    p.add_argument("--output", "--output_path", dest="output", help=help_text + (" (required)" if required else ""))
+    p.add_argument("--out", dest="output", help=argparse.SUPPRESS)
 
 
 def require_output(args: argparse.Namespace, command: str) -> Path:

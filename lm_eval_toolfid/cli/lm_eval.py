@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from lm_eval_toolfid.cases.bundled import tasks_path
+from lm_eval_toolfid.core.errors import EXIT_INPUT
 
 
 def _check_model_args(argv: list[str]) -> None:
@@ -18,7 +19,7 @@ def _check_model_args(argv: list[str]) -> None:
         if flag in argv and argv.index(flag) + 1 < len(argv):
             pairs = dict(p.partition("=")[::2] for p in argv[argv.index(flag) + 1].split(",") if "=" in p)
             if pairs.get("pretrained"):
-                check_base(pairs["pretrained"])
+                check_base(pairs["pretrained"], revision=pairs.get("revision") or None, gguf="gguf_file" in pairs)
             if pairs.get("peft"):
                 check_adapter(pairs["peft"], pairs.get("pretrained"))
 
@@ -32,7 +33,7 @@ def _use_toolfid_model(argv: list[str]) -> list[str]:
 
     out = list(argv)
     for i, arg in enumerate(out):
-        if arg in ("--model", "-m") and i + 1 < len(out) and out[i + 1] == "hf":
+        if arg in ("--model", "-m", "-M") and i + 1 < len(out) and out[i + 1] == "hf":
             out[i + 1] = "toolfid-hf"
         elif arg == "--model=hf":
             out[i] = "--model=toolfid-hf"
@@ -80,9 +81,36 @@ def _hide_api_key(argv: list[str]) -> list[str]:
     return out
 
 
+def what_toolfid_adds() -> str:
+    """What ``toolfid lm-eval`` changes about ``lm_eval`` (printed before lm_eval's own ``--help``)."""
+    import textwrap
+
+    items = [
+        ("--include_path", f"added when not given: this package's task folder ({tasks_path()}), so --tasks "
+                           "tool_use_fidelity (and tool_use_fidelity_fixture) resolve"),
+        ("--model hf", "(also -M hf, -m hf, --model=hf) runs as toolfid-hf: lm-eval's HFLM whose tool_use_fidelity "
+                       "requests go through toolfid's engine (each row stops at the end of its call; an adapter "
+                       "run verifies the stored base answers instead of decoding them again); other tasks' requests "
+                       "stay lm-eval's own. Left out, --model is lm_eval's default (its own hf)"),
+        ("--model hf-auto", "lm-eval's own HF class, untouched (also --model huggingface)"),
+        ("--model toolfid-server", "an OpenAI-compatible server (vLLM, SGLang, ...); api_key= in --model_args is "
+                                   "passed through the environment, never written to result files"),
+        ("--model_args", "pretrained= and peft= are checked before lm_eval loads anything: a missing base, a base "
+                         "not cached under HF_HUB_OFFLINE=1, or a broken adapter is one line, exit 4"),
+        ("exit codes", "toolfid's (toolfid --help); lm_eval's usage errors exit 4"),
+    ]
+    lines = ["toolfid lm-eval: lm_eval with toolfid's tasks; all arguments pass through to lm_eval. toolfid adds:"]
+    for name, text in items:
+        lines += textwrap.wrap(text, width=100, initial_indent=f"  {name:<23} ", subsequent_indent=" " * 26,
+                               break_on_hyphens=False)
+    return "\n".join(lines) + "\n\nlm_eval's own help follows.\n"
+
+
 def cmd_lm_eval(args: argparse.Namespace) -> int:
     from lm_eval.__main__ import cli_evaluate
 
+    if any(a in ("-h", "--help") for a in args.lm_eval_args) or not args.lm_eval_args:
+        print(what_toolfid_adds(), flush=True)
     argv = _hide_api_key(_use_toolfid_model(list(args.lm_eval_args)))
     _check_model_args(argv)
     if "--include_path" not in argv and "--include-path" not in argv:
@@ -90,12 +118,12 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
     sys.argv = ["lm_eval", *argv]
     try:
         cli_evaluate()
-    except SystemExit as exc:  # lm_eval's own usage errors and exits keep their code
+    except SystemExit as exc:  # lm_eval's own exits keep their code, but its usage errors are input errors
         code = exc.code
         if isinstance(code, str):
             print(code, file=sys.stderr)
-            return int(getattr(exc, "toolfid_exit_code", 4))  # the task's one-line error and its code
-        return int(code or 0)
+            return int(getattr(exc, "toolfid_exit_code", EXIT_INPUT))  # the task's one-line error and its code
+        return EXIT_INPUT if code == 2 else int(code or 0)  # argparse's 2 would read as "undecided"
     return 0
 
 

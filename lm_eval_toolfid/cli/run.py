@@ -22,104 +22,6 @@ from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, EXIT_SERVER, EXIT_STOP
 from lm_eval_toolfid.run.plan import ModelOptions, RunPlan, ServedOptions
 
 
-def _paint_verdicts(table: str) -> str:
-    from lm_eval_toolfid.reporting.term import use_colour
-
-    if not use_colour(sys.stdout):
-        return table
-    codes = {" PASS ": "32;1", " FAIL ": "31;1", " UNDECIDED ": "33;1"}
-    lines = []
-    for line in table.splitlines():
-        for word, code in codes.items():
-            if word in line:
-                line = line.replace(word, f" \x1b[{code}m{word.strip()}\x1b[0m ", 1)
-                break
-        lines.append(line)
-    return "\n".join(lines)
-
-
-def generation_paths(rows: list[Any], base: Any = None) -> str:
-    """One line per way the adapter views' tokens were obtained (verified or decoded) and why, and one per group of
-    views decoded together (``base``: the base view's row): the run's header."""
-    by_reason: dict[str, list[str]] = {}
-    groups: list[tuple[str, ...]] = []
-    notes: list[str] = []
-    for row in [*([base] if base is not None else []), *rows]:
-        gen = (row.toolfid or {}).get("generation") or {}
-        if row is not base and gen.get("verify_reason"):
-            by_reason.setdefault(gen["verify_reason"] + drafting_note(gen), []).append(row.label)
-        together = tuple(gen.get("views_together") or ())
-        if len(together) > 1 and together not in groups:
-            groups.append(together)
-        if gen.get("views_together_note") and gen["views_together_note"] not in notes:
-            notes.append(gen["views_together_note"])
-    import shutil
-    import textwrap
-
-    width = max(40, shutil.get_terminal_size((120, 24)).columns - 1)
-    lines = [f"tokens of {', '.join(labels)}: {reason}" for reason, labels in by_reason.items()]
-    if groups:
-        lines.append("decoded together, one batch per group, each row under its own LoRA: "
-                     + "; ".join(" + ".join(g) for g in groups) + (f" ({'; '.join(notes)})" if notes else ""))
-    return "\n".join(textwrap.fill(line, width=width, subsequent_indent="    ", break_on_hyphens=False)
-                     for line in lines)
-
-
-def drafting_note(gen: dict[str, Any]) -> str:
-    """What a verified view's header line adds when its drafts were rejected early and drafting stopped
-    (:mod:`lm_eval_toolfid.engine.draft_budget`); empty otherwise."""
-    stop = gen.get("drafting_stopped")
-    if not stop:
-        return ""
-    return (f"; drafting stopped after {stop.get('after_rows')} rows: {stop.get('reason')}, so "
-            f"{gen.get('rows_draft_dropped', 0)} of {gen.get('rows', 0)} rows were decoded instead")
-
-
-def verification_note(rows: list[Any]) -> str:
-    """One line on how the adapter views' tokens were obtained, one more if any verified token was a near tie,
-    one if any view's token on a shared prompt prefix was (every view's, the base's too), and one if any token
-    of views decoded together was."""
-    parts, ties, prefix_ties, joint_ties, tol = [], [], [], [], None
-    for row in rows:
-        gen = (row.toolfid or {}).get("generation") or {}
-        if gen.get("joint_near_tie_tokens"):
-            tol = gen.get("near_tie_tolerance", tol)
-            joint_ties.append(f"{row.label} {gen['joint_near_tie_tokens']} token(s) in "
-                              f"{gen.get('joint_near_tie_cases', 0)} case(s)")
-        if gen.get("prefix_near_tie_tokens"):
-            tol = gen.get("near_tie_tolerance", tol)
-            prefix_ties.append(f"{row.label} {gen['prefix_near_tie_tokens']} token(s) in "
-                               f"{gen.get('prefix_near_tie_cases', 0)} case(s)")
-        if not gen.get("rows_verified") or not gen.get("tokens"):
-            continue
-        stop = gen.get("drafting_stopped")
-        parts.append(f"{row.label} {gen['tokens_accepted'] / gen['tokens']:.0%} "
-                     f"({gen.get('rows_answered_by_verification', 0)}/{gen['rows']} cases without decoding"
-                     + (f"; drafting stopped after {stop.get('after_rows')} rows" if stop else "") + ")")
-        tol = gen.get("near_tie_tolerance", tol)
-        if gen.get("near_tie_tokens"):
-            ties.append(f"{row.label} {gen['near_tie_tokens']} token(s) in {gen['near_tie_cases']} case(s)")
-    if not parts and not prefix_ties and not joint_ties:
-        return ""
-    import shutil
-    import textwrap
-
-    width = max(40, shutil.get_terminal_size((120, 24)).columns - 1)
-    paragraphs = ["verified against the base's answers (share of tokens accepted): " + ", ".join(parts)] if parts else []
-    if ties:
-        paragraphs.append(f"near ties (top-two logit gap < {tol:g}, where verified and decoded arithmetic could "
-                          "pick differently): " + "; ".join(ties) + " — compare with --no-verify")
-    if prefix_ties:
-        paragraphs.append(f"near ties on shared prompt prefixes (top-two logit gap < {tol:g}, where a prefix computed "
-                          "once could round otherwise): " + "; ".join(prefix_ties) + " — compare with --no-prefix-cache")
-    if joint_ties:
-        paragraphs.append(f"near ties in views decoded together (top-two logit gap < {tol:g}, where a view alone, in "
-                          "batches of other shapes, could round otherwise): " + "; ".join(joint_ties)
-                          + " — compare with --views-together 1")
-    return "\n".join(textwrap.fill(p, width=width, subsequent_indent="    ", break_on_hyphens=False)
-                     for p in paragraphs)
-
-
 def _resume_hint(args: argparse.Namespace, out: Path) -> str:
     from lm_eval_toolfid.cli.served_options import redact_argv
 
@@ -199,8 +101,11 @@ def _plan(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadat
 
 
 def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any]) -> int:
+    """The screen: the verdict first (:mod:`lm_eval_toolfid.reporting.screen`), the engine's account under
+    ``--verbose``, the breakdowns, where the results are; then the exit code."""
+    from lm_eval_toolfid.reporting import screen
     from lm_eval_toolfid.reporting.load import read_run
-    from lm_eval_toolfid.reporting.results import format_table, row_from_results
+    from lm_eval_toolfid.reporting.results import row_from_results
 
     rows = [row_from_results(v.results, v.label, args.task) for v in views]
     base_row = row_from_results(base_view.results, "base", args.task)
@@ -208,23 +113,16 @@ def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any
         print(json.dumps({"base": base_row.metrics, "adapters": {r.label: {"metrics": r.metrics, **r.toolfid}
                                                                    for r in rows}}, indent=2, default=str))
     else:
-        from lm_eval_toolfid.reporting.breakdown import prompt_label
-
-        valid = base_row.metric("json_valid_rate")
-        prompt = prompt_label(base_row.toolfid)
-        print(f"\n{args.task} — base {args.base} (json_valid_rate {'—' if valid is None else f'{valid:.3f}'}, "
-              f"{base_row.toolfid.get('n_cases')} cases{f', prompt {prompt}' if prompt else ''})")
-        if base_row.toolfid.get("prompt_style_requested") == "auto":
-            print(f"prompt_style auto -> {base_row.toolfid.get('prompt_style')}: "
-                  f"{base_row.toolfid.get('prompt_style_reason')}")
-        paths = generation_paths(rows, base_row)
-        if paths:
-            print(paths)
+        print("\n" + "\n".join(screen.header(args.task, args.base, base_row)))
+        if args.verbose:  # how the tokens were obtained: the engine's account (manifests and results keep it)
+            for text in (screen.generation_paths(rows, base_row), screen.verification_note([base_row, *rows])):
+                if text:
+                    print(text)
         print()
-        print(_paint_verdicts(format_table(rows, valid)))
-        note = verification_note([base_row, *rows])
-        if note:
-            print("\n" + note)
+        print(screen.paint_verdicts(screen.verdicts(rows, base_row.metric("json_valid_rate"))))
+        warning = screen.near_tie_warning(rows, base_row)
+        if warning:
+            print(warning)
     runs = [read_run(v.path) for v in views if v.path is not None]
     if not args.json and not args.no_breakdown:
         from lm_eval_toolfid.reporting.breakdown import breakdown, format_text
@@ -289,43 +187,75 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    add_task_settings(p)
-    add_model_options(p)
-    add_output_option(p, "folder for results and samples (default runs/toolfid-<time>)")
-    p.add_argument("--null-runs", type=int, default=0, help="calibrate with K null adapters per multiplier first")
-    p.add_argument("--views-together", dest="views_together", type=positive_int, default=None, metavar="N",
-                   help="decode up to N views (the base and its adapters) in one batch, each row under its own "
-                        "LoRA (default: as many as memory holds; 1: one view at a time)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the null adapters (default %(default)s)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of the table (stdout)")
-    p.add_argument("--gate", action="store_true",
-                   help="exit 1 if any adapter fails its verdict, 2 if any is undecided (and none failed)")
-    p.add_argument("--junit", metavar="FILE", help="write JUnit XML (one testcase per adapter × gate)")
-    p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report")
-    p.add_argument("--limit", type=int, metavar="N",
-                   help="the first N cases only (as lm_eval --limit: the base view stores a subset reference)")
-    p.add_argument("--check-stops", dest="check_stops", type=int, default=0, metavar="N",
-                   help="decode N cases of each view on past the early stop at the end of the call and check that "
-                        "no scored answer changes; exit 3 if one does (metadata key check_stops)")
-    p.add_argument("--resume", action="store_true",
-                   help="with --output DIR: reuse views already saved there for the same base, adapter, task and "
-                        "settings; run only the rest")
-    p.add_argument("--verbose", action="store_true", help="show lm-eval's own progress bars and INFO logs")
-    p.add_argument("--no-breakdown", action="store_true", help="print only the verdict table")
+def add_run_options(p: argparse.ArgumentParser, adapters: bool = False, served: bool = False,
+                    own: Any = None) -> dict[str, Any]:
+    """The options of ``toolfid run`` / ``toolfid demo``, in argument groups (model, adapters, cases and prompt,
+    speed, served, outputs, calibration, gating); returns the groups (``adapters`` / ``served``: make those groups
+    too; ``own(groups)`` adds the caller's options first, so they lead the usage line)."""
+    from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS
+
+    groups: dict[str, Any] = {"model": p.add_argument_group("model")}
+    if adapters:
+        groups["adapters"] = p.add_argument_group("adapters")
+    groups["cases"] = cases = p.add_argument_group("cases and prompt")
+    groups["speed"] = speed = p.add_argument_group("speed (same outputs)")
+    if served:
+        groups["served"] = p.add_argument_group(
+            "served models (an OpenAI-compatible server: vLLM, SGLang, llama.cpp, transformers serve)")
+    groups["outputs"] = outputs = p.add_argument_group("outputs")
+    groups["calibration"] = calibration = p.add_argument_group("calibration")
+    groups["gating"] = gating = p.add_argument_group("gating and checks")
+    if own is not None:
+        own(groups)
+    add_task_settings(cases)
+    cases.add_argument("--limit", type=int, metavar="N",
+                       help="the first N cases only (as lm_eval --limit: the base view stores a subset reference)")
+    add_model_options(groups["model"], speed=speed)
+    speed.add_argument("--views-together", dest="views_together", type=positive_int, default=None, metavar="N",
+                       help="decode up to N views (the base and its adapters) in one batch, each row under its own "
+                            "LoRA (default: as many as memory holds; 1: one view at a time)")
+    add_output_option(outputs, "folder for results and samples (default runs/toolfid-<time>)")
+    outputs.add_argument("--log_samples", "--log-samples", dest="log_samples", action="store_true",
+                         help="accepted as in lm_eval: toolfid always writes every view's per-case samples "
+                              "(pairing reads them)")
+    outputs.add_argument("--json", action="store_true", help="print JSON instead of the table (stdout)")
+    outputs.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report")
+    outputs.add_argument("--resume", action="store_true",
+                         help="with --output DIR: reuse views already saved there for the same base, adapter, task "
+                              "and settings; run only the rest")
+    outputs.add_argument("--verbose", action="store_true",
+                         help="show how the views' tokens were obtained (verification, drafting, views decoded "
+                              "together, near ties), lm-eval's own progress bars and INFO logs")
+    outputs.add_argument("--no-breakdown", action="store_true", help="print only the verdict table")
+    mult = ", ".join(f"{m:g}" for m in DEFAULT_MULTIPLIERS)
+    calibration.add_argument("--null-runs", type=int, default=0, metavar="K",
+                             help=f"calibrate first: K null adapters shaped like the first adapter at each update-norm "
+                                  f"multiplier ({mult}), so {len(DEFAULT_MULTIPLIERS)}×K more views over every case; "
+                                  "gives the z column (default 0: no calibration)")
+    calibration.add_argument("--seed", type=int, default=0, help="seed of the null adapters (default %(default)s)")
+    gating.add_argument("--gate", action="store_true",
+                        help="exit 1 if any adapter fails its verdict, 2 if any is undecided (and none failed)")
+    gating.add_argument("--junit", metavar="FILE", help="write JUnit XML (one testcase per adapter × gate)")
+    gating.add_argument("--check-stops", dest="check_stops", type=int, default=0, metavar="N",
+                        help="decode N cases of each view on past the early stop at the end of the call and check "
+                             "that no scored answer changes; exit 3 if one does (metadata key check_stops)")
+    return groups
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="evaluate base and adapter(s) in one process, print verdicts",
                        description="Load the base once, run the task on the base and on every adapter, "
                                    "print the verdict table and breakdowns.")
-    p.add_argument("--base", required=True, help="base model: local dir or hub id (with --server: its served name)")
-    p.add_argument("--adapter", required=True, action="append",
-                   help="PEFT adapter dir, or NAME=DIR (repeatable); with --server: a served model name, or LABEL=NAME")
-    p.add_argument("--task", default=DEFAULT_TASK, help="task name (default %(default)s)")
-    add_run_options(p)
-    served = p.add_argument_group("served models (an OpenAI-compatible server: vLLM, SGLang, llama.cpp, "
-                                  "transformers serve)")
+
+    def own(groups: dict[str, Any]) -> None:
+        groups["model"].add_argument("--base", required=True,
+                                     help="base model: local dir or hub id (with --server: its served name)")
+        groups["adapters"].add_argument("--adapter", required=True, action="append",
+                                        help="PEFT adapter dir, or NAME=DIR (repeatable); with --server: a served "
+                                             "model name, or LABEL=NAME")
+        groups["cases"].add_argument("--task", default=DEFAULT_TASK, help="task name (default %(default)s)")
+
+    served = add_run_options(p, adapters=True, served=True, own=own)["served"]
     served.add_argument("--server", metavar="URL",
                         help="evaluate the models this server serves (e.g. http://127.0.0.1:8000); --base and "
                              "--adapter are then served model names")

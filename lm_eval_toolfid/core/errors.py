@@ -1,23 +1,6 @@
-"""The one exception type user-facing entry points turn into a one-line error, and the guard
-every ``toolfid`` command runs under.
-
-Exit codes of ``toolfid`` (1 and 2 belong to the verdict gate):
-
-====  ==========================================================
-0     success
-1     gate FAIL (``--gate``)
-2     gate UNDECIDED
-3     the stop check found a case whose scored answer depends on where generation stopped
-      (``toolfid run --check-stops``: a defect of the early stop on this model; the numbers are not trusted)
-4     user error (:class:`ToolfidError`): bad file, missing model, bad flag value
-5     internal error (a bug): one line, ``--debug`` shows the traceback
-6     the model server failed past its retries (``toolfid run --server``): finished views and the answers of the
-      stopped view are kept; ``--resume`` continues
-7     the model server refused the key (HTTP 401/403; ``toolfid run --server``, ``toolfid lm-eval --model
-      toolfid-server``): set ``OPENAI_API_KEY`` or ``--api-key-env NAME``; finished views are kept
-130   interrupted (Ctrl-C)
-141   the reader of the output went away (``toolfid ... | head``); nothing more is printed
-====  ==========================================================
+"""The one exception type user-facing entry points turn into a one-line error, the guard every ``toolfid``
+command runs under, and :data:`EXIT_CODES`: the one table of every exit code any ``toolfid`` command returns
+(``toolfid --help`` prints it, :func:`exit_code_markdown` renders it for the docs).
 """
 
 from __future__ import annotations
@@ -38,6 +21,44 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: the process reading our output closed it (``| head``)."""
 
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (EXIT_PASS, "success (without --gate, a run that finishes exits 0 whatever its verdicts)"),
+    (EXIT_FAIL, "an adapter failed its verdict (toolfid run --gate, toolfid gate); toolfid check: "
+                "a generation is not a valid call"),
+    (EXIT_UNDECIDED, "an adapter's verdict is undecided and none failed (toolfid run --gate, toolfid gate)"),
+    (EXIT_STOP_CHECK, "toolfid run --check-stops: a case scores differently without the early stop "
+                      "(the run's numbers are not trusted; please report it)"),
+    (EXIT_INPUT, "input error: a bad option, file, model or adapter, a model the hub cannot give "
+                 "(offline, unreachable, unknown); one line says what to do"),
+    (EXIT_INTERNAL, "internal error (a bug): one line; --debug shows the traceback"),
+    (EXIT_SERVER, "toolfid run --server: the model server failed past its retries; finished views are kept, "
+                  "--resume continues"),
+    (EXIT_SERVER_AUTH, "the model server refused the key (HTTP 401/403): set OPENAI_API_KEY or --api-key-env "
+                       "NAME; finished views are kept"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C); toolfid run keeps finished views for --resume"),
+    (EXIT_BROKEN_PIPE, "the reader of the output went away (toolfid ... | head); nothing more is printed"),
+)
+"""Every exit code of every ``toolfid`` command and what it means (``toolfid lm-eval`` too: lm_eval's own usage
+errors exit 4, its other exits keep their code)."""
+
+
+def exit_code_text(width: int = 100) -> str:
+    """:data:`EXIT_CODES` as ``toolfid --help`` prints it: ``exit codes:`` then one (wrapped) line per code."""
+    import textwrap
+
+    lines = ["exit codes:"]
+    for code, meaning in EXIT_CODES:
+        lines += textwrap.wrap(meaning, width=max(40, width), initial_indent=f"  {code:<5}",
+                               subsequent_indent=" " * 7, break_on_hyphens=False)
+    return "\n".join(lines)
+
+
+def exit_code_markdown() -> str:
+    """:data:`EXIT_CODES` as a Markdown table (README.md and docs/ carry this very text)."""
+    rows = ["| Exit code | Meaning |", "| --- | --- |"]
+    rows += ["| %d | %s |" % (code, meaning.replace("|", "\\|")) for code, meaning in EXIT_CODES]
+    return "\n".join(rows)
+
 
 class ToolfidError(Exception):
     """A problem with the user's input or environment, explained in one line."""
@@ -52,11 +73,67 @@ def one_line(text: str, limit: int = 1000) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+_HUB_ERRORS = ("LocalEntryNotFoundError", "OfflineModeIsEnabled", "RepositoryNotFoundError", "GatedRepoError",
+               "RevisionNotFoundError", "RemoteEntryNotFoundError", "EntryNotFoundError", "HfHubHTTPError")
+_NETWORK_ERRORS = ("ConnectError", "TimeoutException", "NetworkError", "ConnectionError", "Timeout")
+"""... which are the hub's only when raised inside ``huggingface_hub`` (a served model's connection is not)."""
+_HUB_MESSAGES = ("couldn't connect to 'https://huggingface.co'", "not a valid model identifier listed on",
+                 "is not a valid git identifier", "gated repo", "outgoing traffic has been disabled")
+
+
+def offline() -> bool:
+    """``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) is set: nothing is downloaded, only the cache is read."""
+    import os
+
+    return any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_HUB_OFFLINE",
+                                                                                        "TRANSFORMERS_OFFLINE"))
+
+
+def hub_problem(exc: BaseException) -> str | None:
+    """What to do, in one line, when ``exc`` (or what caused it) is the Hugging Face hub failing to give a model:
+    not cached while offline, unreachable, unknown, gated, a revision it does not have. None for anything else."""
+    seen: set[int] = set()
+    chain: list[BaseException] = []
+    while exc is not None and id(exc) not in seen and len(chain) < 16:
+        seen.add(id(exc))
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    names = {c.__name__ for e in chain for c in type(e).__mro__}
+    text = " ".join(str(e) for e in chain)
+    if not (names & set(_HUB_ERRORS) or any(m in text for m in _HUB_MESSAGES)
+            or names & set(_NETWORK_ERRORS) and any(_raised_in_hub(e) for e in chain)):
+        return None
+    if "GatedRepoError" in names or "gated repo" in text:
+        return ("the model is gated on the Hugging Face hub: accept its terms on its page and log in "
+                "(hf auth login), or give a local model folder")
+    if "RevisionNotFoundError" in names or "is not a valid git identifier" in text:
+        return "the hub has no such revision of the model: check revision= (a branch, tag or commit)"
+    if "RepositoryNotFoundError" in names or "not a valid model identifier listed on" in text:
+        return ("no such model on the Hugging Face hub (or it is private: log in with hf auth login): check the "
+                "id, or give a local model folder")
+    if offline():
+        return ("the model is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading it: give "
+                "a local model folder, unset HF_HUB_OFFLINE to download it, or pass the revision you have cached "
+                "(revision=)")
+    return ("the Hugging Face hub could not be reached and the model is not in the local cache: check the network "
+            "(or a proxy, HF_ENDPOINT), give a local model folder, or pass the revision you have cached (revision=)")
+
+
+def _raised_in_hub(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if "huggingface_hub" in tb.tb_frame.f_code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def guard(func: Callable[..., int | None], *args: Any, debug: bool = False) -> int:
     """Run a CLI command; turn what it raises into a one-line message and an exit code.
 
     ``ToolfidError`` → ``toolfid: error: <msg>``, exit 4 (or the subclass's ``exit_code``);
-    ``KeyboardInterrupt`` → exit 130;
+    ``KeyboardInterrupt`` → exit 130; the Hugging Face hub failing to give a model (:func:`hub_problem`) → one line
+    with what to do, exit 4;
     anything else → ``toolfid: internal error: <Type>: <msg> (rerun with --debug ...)``, exit 5.
     With ``debug=True`` exceptions propagate (full traceback). ``SystemExit`` always passes through.
     """
@@ -81,6 +158,10 @@ def guard(func: Callable[..., int | None], *args: Any, debug: bool = False) -> i
             return EXIT_INTERRUPTED
         if not isinstance(exc, Exception):  # GeneratorExit and the like: not ours to swallow
             raise
+        hub = hub_problem(exc)
+        if hub is not None:  # a user's or the network's problem, not a bug
+            print(f"toolfid: error: {hub}", file=sys.stderr)
+            return EXIT_INPUT
         print(f"toolfid: internal error: {type(exc).__name__}: {one_line(str(exc), 300)} "
               f"(rerun with --debug for the traceback)", file=sys.stderr)
         return EXIT_INTERNAL_ERROR

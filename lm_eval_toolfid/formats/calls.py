@@ -14,7 +14,7 @@ from typing import Any
 
 from lm_eval_toolfid.core.records import SurfaceFormat, ToolCall
 from lm_eval_toolfid.formats.limits import MAX_DEPTH, safe_loads
-from lm_eval_toolfid.formats.scan import first_span_at
+from lm_eval_toolfid.formats.scan import decoded, first_span_at
 
 GENERIC = (SurfaceFormat.BARE_JSON, SurfaceFormat.FENCED, SurfaceFormat.EMBEDDED)
 STRING_DECODED = "arguments_string_decoded"
@@ -28,10 +28,16 @@ class Found:
     others: list[ToolCall] = field(default_factory=list)
     too_deep: bool = False
     """A bracket tree deeper than ``MAX_DEPTH`` was seen (and not decoded)."""
+    broken: bool = False
+    """JSON was found only as a piece of an outer object that does not parse (never closed, or a syntax error
+    around it): a broken call, which scoring calls ``malformed``, not an object of the wrong shape."""
+    broken_at: list[tuple[int, int]] = field(default_factory=list)
+    """``(start, error)`` of each outer object that does not parse: where it opens and where decoding it failed."""
 
     def extend(self, other: Found) -> None:
         self.calls.extend(other.calls)
         self.others.extend(other.others)
+        self.broken = self.broken or other.broken
 
 
 def decode_string_arguments(value: str) -> Any:
@@ -91,4 +97,23 @@ def calls_from_value(value: Any, container: SurfaceFormat) -> Found:
         # one array is one answer: every element was meant as a call, keep them in order
         found.calls = [call_from_object(i, container)[0] for i in items if isinstance(i, dict)]
         found.others = []
+    return found
+
+
+def calls_in_text(text: str, container: SurfaceFormat, start: int = 0, end: int | None = None) -> Found:
+    """Calls (and other objects) from every JSON value written on its own in ``text[start:end]``.
+
+    A value that is only a piece of an outer object that does not parse (``{"city": "Osaka"}`` of
+    ``{"name": "f", "arguments": {"city": "Osaka"}``, its outer brace never closed) is neither: it sets
+    :attr:`Found.broken`, and the text is a broken call, not an object of the wrong shape.
+    """
+    found = Found()
+    too_deep: list[int] = []
+    for d in decoded(text, start, end, too_deep=too_deep, broken=found.broken_at):
+        part = calls_from_value(d.value, container)
+        if d.fragment:
+            found.broken = found.broken or bool(part.calls or part.others)
+            continue
+        found.extend(part)
+    found.too_deep = bool(too_deep)
     return found

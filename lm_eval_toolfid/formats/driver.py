@@ -11,7 +11,10 @@
 6. JSON embedded in prose (one linear scan, call-shaped objects preferred).
 
 When nothing call-shaped was found but JSON objects were, and no format's markers were
-attempted, those objects are returned as calls so scoring can say ``wrong_shape``.
+attempted, those objects are returned as calls so scoring can say ``wrong_shape``. Objects that
+are only pieces of an outer object that does not parse (``{"city": "Osaka"}`` of
+``{"name": "get_weather", "arguments": {"city": "Osaka"}``, its outer brace never closed) are not
+such objects: the text is a broken call, and scoring says ``malformed``.
 """
 
 from __future__ import annotations
@@ -97,6 +100,6 @@ def _parse(text: str) -> ParsedGeneration:
     if found.calls:
         return result(found)
     others = others or (found if found.others else None)
-    if others is not None and not malformed and not found.too_deep:
+    if others is not None and not malformed and not found.too_deep and not found.broken:
         return result(Found(calls=others.others))
     return result(Found())

@@ -12,8 +12,8 @@ from typing import Any
 
 from lm_eval_toolfid.core.records import SurfaceFormat
 from lm_eval_toolfid.formats import pythonic, qwen_xml
-from lm_eval_toolfid.formats.calls import Found, calls_from_value
-from lm_eval_toolfid.formats.common import Finder, dumps, json_values, nearest
+from lm_eval_toolfid.formats.calls import Found, calls_in_text
+from lm_eval_toolfid.formats.common import Finder, dumps, nearest
 from lm_eval_toolfid.formats.limits import MAX_CALLS
 
 SURFACE = SurfaceFormat.HERMES
@@ -35,8 +35,7 @@ def parse(text: str) -> Found | None:
             found.extend(qwen_xml.parse_region(text, start, end))
         else:
             before = len(found.calls) + len(found.others)
-            for value in json_values(text, start, end):
-                found.extend(calls_from_value(value, SURFACE))
+            found.extend(calls_in_text(text, SURFACE, start, end))  # a broken object's pieces are not calls
             if len(found.calls) + len(found.others) == before:
                 body, _ = pythonic.parse(text[start:end])  # ``<tool_call>[f(a=1)]</tool_call>``
                 if body is not None:

@@ -47,6 +47,18 @@ def safe_loads(text: str) -> tuple[bool, Any]:
         return False, None
 
 
+def json_error_at(text: str) -> int:
+    """Where strict JSON decoding of ``text`` fails (``len(text)`` when it does not: the value is whole, or only
+    its cleaning refused it); 0 when the decoder gives no position. Never raises."""
+    try:
+        json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        return exc.pos
+    except (ValueError, RecursionError, MemoryError, TypeError, OverflowError):
+        return 0
+    return len(text)
+
+
 def _clean(obj: Any, depth: int) -> Any:
     if isinstance(obj, str):
         return clean_text(obj)

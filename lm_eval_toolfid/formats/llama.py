@@ -13,8 +13,8 @@ from typing import Any
 
 from lm_eval_toolfid.core.records import SurfaceFormat
 from lm_eval_toolfid.formats import pythonic
-from lm_eval_toolfid.formats.calls import Found, calls_from_value
-from lm_eval_toolfid.formats.common import dumps, json_values
+from lm_eval_toolfid.formats.calls import Found, calls_in_text
+from lm_eval_toolfid.formats.common import dumps
 
 SURFACE = SurfaceFormat.LLAMA
 TAG = "<|python_tag|>"
@@ -32,10 +32,7 @@ def parse(text: str) -> tuple[Found | None, bool]:
     found, attempted = pythonic.parse(body)
     if found is not None:
         return found, attempted
-    found = Found()
-    for value in json_values(body):
-        found.extend(calls_from_value(value, SURFACE))
-    return found, attempted
+    return calls_in_text(body, SURFACE), attempted  # a broken object's pieces are not calls
 
 
 def render(name: str, arguments: dict[str, Any], markers: bool = True) -> str:

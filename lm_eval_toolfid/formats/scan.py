@@ -18,7 +18,7 @@ import re
 from itertools import compress
 from typing import Any, Iterator, NamedTuple
 
-from lm_eval_toolfid.formats.limits import DECODE_BUDGET, MAX_DECODES, MAX_DEPTH, safe_loads
+from lm_eval_toolfid.formats.limits import DECODE_BUDGET, MAX_DECODES, MAX_DEPTH, json_error_at, safe_loads
 
 # Possessive quantifiers (Python 3.11+) keep every pattern free of backtracking.
 _STR = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"?'
@@ -57,11 +57,14 @@ class Span(NamedTuple):
 
 
 def _batches(text: str, start: int, end: int, max_depth: int,
-             too_deep: list[int] | None = None) -> Iterator[list[tuple[int, int, int]]]:
+             too_deep: list[int] | None = None,
+             unclosed: list[int] | None = None) -> Iterator[list[tuple[int, int, int]]]:
     """Balanced spans ``(start, end, height)`` in batches: a batch is yielded each time every
     open bracket has closed (a finished top-level tree), and once more at the end for spans
-    under brackets that never close. Tokens (a whole string, a run of openers, a run of closers)
-    come from one ``finditer``; a run of openers is pushed in bulk; heights saturate."""
+    under brackets that never close (before that last batch, the position of the outermost
+    bracket that never closed is appended to ``unclosed``). Tokens (a whole string, a run of
+    openers, a run of closers) come from one ``finditer``; a run of openers is pushed in bulk;
+    heights saturate."""
     cap = max_depth + 1
     batch: list[tuple[int, int, int]] = []
     chars: list[str] = []  # the stack of open brackets: their characters,
@@ -124,6 +127,8 @@ def _batches(text: str, start: int, end: int, max_depth: int,
                     child[-1] = height
         pos = resume
     if batch:
+        if unclosed is not None and where:
+            unclosed.append(where[0])
         yield batch
 
 
@@ -177,21 +182,34 @@ class Decoded(NamedTuple):
     start: int
     end: int
     value: Any
+    fragment: bool = False
+    """The span lies inside a bracket that does not decode (it never closes, or what it holds is not JSON):
+    a piece of a broken outer object (``{"city": "Osaka"}`` of ``{"name": "f", "arguments": {"city": "Osaka"}``),
+    not a JSON value written on its own."""
 
 
 def decoded(text: str, start: int = 0, end: int | None = None, max_decodes: int = MAX_DECODES,
-            budget: int = DECODE_BUDGET, too_deep: list[int] | None = None) -> list[Decoded]:
+            budget: int = DECODE_BUDGET, too_deep: list[int] | None = None,
+            broken: list[tuple[int, int]] | None = None) -> list[Decoded]:
     """Decode spans outermost first, left to right; a decoded span hides the spans inside it.
 
     Each finished top-level tree is decoded as soon as it closes, so the scan stops as soon as
     ``max_decodes`` candidates or ``budget`` characters have been spent. The end of the
-    first span too tall to decode is appended to ``too_deep``.
+    first span too tall to decode is appended to ``too_deep``. A span inside one that did not
+    decode, or under a bracket that never closes, is marked :attr:`Decoded.fragment`; each outermost
+    such span (and the bracket that never closes, when spans lie under it) is appended to ``broken`` as
+    ``(start, where JSON decoding of it failed)``: what lies before that point parsed as part of it.
     """
     end = len(text) if end is None else min(end, len(text))
     out: list[Decoded] = []
-    for batch in _batches(text, start, end, MAX_DEPTH, too_deep):
+    unclosed: list[int] = []
+    for batch in _batches(text, start, end, MAX_DEPTH, too_deep, unclosed):
+        under_unclosed = bool(unclosed)  # only the last batch can lie under a bracket that never closes
+        if under_unclosed and broken is not None and budget >= end - unclosed[0]:
+            budget -= end - unclosed[0]
+            broken.append((unclosed[0], unclosed[0] + json_error_at(text[unclosed[0]:end])))
         batch.sort()
-        covered_to = -1
+        covered_to = failed_to = -1  # spans nest or are disjoint: a later start before failed_to is inside
         for entry in batch:
             if entry[0] < covered_to:
                 continue
@@ -203,5 +221,9 @@ def decoded(text: str, start: int = 0, end: int | None = None, max_decodes: int 
                 ok, value = safe_loads(text[s_start:s_end])
                 if ok:
                     covered_to = s_end
-                    out.append(Decoded(s_start, s_end, value))
+                    out.append(Decoded(s_start, s_end, value, under_unclosed or s_start < failed_to))
+                elif s_end > failed_to:
+                    if broken is not None and not under_unclosed and s_start >= failed_to:
+                        broken.append((s_start, s_start + json_error_at(text[s_start:s_end])))
+                    failed_to = s_end
     return out

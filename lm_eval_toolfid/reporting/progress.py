@@ -46,6 +46,9 @@ class Progress:
         self.started = time.monotonic()
         self.notes: list[str] = []
         self._shown_notes: set[str] = set()
+        self.together: list[list[str]] = []
+        """The labels of each group of views decoded in one engine run (set by the session that runs them): the
+        first view of a group does the decoding of all, the others take their answers from it."""
 
     # --- events --------------------------------------------------------------------------
 
@@ -76,11 +79,17 @@ class Progress:
             self.cases_per_view = total
         self._draw(force=True)
 
+    def _group(self, label: str) -> list[str] | None:
+        """The latest group of views decoded together that ``label`` is in (None: it ran alone)."""
+        return next((g for g in reversed(self.together) if label in g and len(g) > 1), None)
+
     def advance(self, n: int = 1) -> None:
         early = min(n, self._ahead)  # already counted by engine_row
         self._ahead -= early
         self.view_done += n - early
-        self.generated += n - early
+        group = self._group(self.current)
+        if group is None or group[0] == self.current:  # a later view of a group: its rows were counted with the first
+            self.generated += n - early
         self._draw()
 
     def engine_row(self, tokens: int, seconds: float) -> None:
@@ -99,10 +108,20 @@ class Progress:
         self._live_tokens, self._live_seconds = 0, 0.0
 
     def view_finished(self, label: str, n_cases: int | None = None) -> None:
+        """One line per view: its cases and time; in a group decoded together, the first view's line says the
+        group and the time of all of it, the others' say where they were decoded (no time of their own)."""
         seconds = time.monotonic() - self._view_t0
         rate = f", {self.tokens / self.gen_seconds:.0f} tok/s so far" if self.gen_seconds > 0 else ""
-        self.message(f"[{self.view_index}/{len(self.views)}] {label}: {n_cases if n_cases is not None else self.view_done}"
-                     f" cases in {_clock(seconds)}{rate}")
+        n = n_cases if n_cases is not None else self.view_done
+        where = f"[{self.view_index}/{len(self.views)}]"
+        group = self._group(label)
+        if group is None:
+            self.message(f"{where} {label}: {n} cases in {_clock(seconds)}{rate}")
+        elif group[0] == label:
+            self.message(f"{where} {' + '.join(group)}, decoded together: {len(group)} × {n} cases in "
+                         f"{_clock(seconds)}{rate}")
+        else:
+            self.message(f"{where} {label}: {n} cases (decoded above, together with {group[0]})")
         self.flush_notes()
 
     def note(self, text: str) -> None:
@@ -129,9 +148,12 @@ class Progress:
         return elapsed / self.generated * max(0, total - self.generated)
 
     def line(self) -> str:
-        parts = [f"[{self.view_index}/{len(self.views)}] {self.current}"]
+        group = self._group(self.current)
+        leads = group is not None and group[0] == self.current  # its engine run decodes the whole group's rows
+        parts = [f"[{self.view_index}/{len(self.views)}] {' + '.join(group) if leads else self.current}"]
         if self.view_total:
-            parts.append(f"{self.view_done}/{self.view_total} cases")
+            total = self.view_total * (len(group) if leads else 1)
+            parts.append(f"{min(self.view_done, total)}/{total} cases")
         if self.gen_seconds + self._live_seconds > 0:
             parts.append(f"{(self.tokens + self._live_tokens) / (self.gen_seconds + self._live_seconds):.0f} tok/s")
         eta = self.eta()

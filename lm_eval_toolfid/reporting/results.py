@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.scoring.metrics import DELTA_OF_RATES
@@ -95,13 +95,16 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
     return "—" if value is None else format(value, spec)
 
 
-def _reason(row: RunRow) -> str:
-    """The whole reason: the verdict's one line and its notes."""
+def reason_of(row: RunRow, skip: Sequence[str] = ()) -> str:
+    """The whole reason: the verdict's one line and its notes (but those in ``skip``: said elsewhere, once)."""
     verdict = row.verdict
     if not verdict:
         return row.toolfid.get("pairing", "no base reference")
-    notes = verdict.get("notes", [])
+    notes = [n for n in verdict.get("notes", []) if n not in skip]
     return (verdict.get("reason") or "") + (f" ({'; '.join(notes)})" if notes else "")
+
+
+_reason = reason_of
 
 
 _GATE_SHORT = {"validity_delta": "validity", "hallucination_delta": "halluc", "hallucination_rate": "halluc",
@@ -118,7 +121,7 @@ def short_reason(row: RunRow) -> str:
     failed = [g for g in gates if g.get("passed") is False]
     if failed:  # the values are in the table's columns; the full reason follows the table
         return ", ".join(
-            _GATE_SHORT.get(g["name"], g["name"]) + {True: " (clear)", False: " (noise)"}.get(g.get("clear"), "")
+            _GATE_SHORT.get(g["name"], g["name"]) + {True: " (clear)", False: " (borderline)"}.get(g.get("clear"), "")
             for g in failed)
     if verdict.get("passed"):
         return "all gates hold" + ("; changed no output" if any("was it applied" in n for n in verdict.get("notes", []))
@@ -131,9 +134,11 @@ def verdict_label(row: RunRow) -> str:
     return verdict.get("label") or label_of(verdict.get("passed")) if verdict else "UNDECIDED"
 
 
-def format_table(rows: list[RunRow], base_valid: float | None = None, width: int | None = None) -> str:
+def format_table(rows: list[RunRow], base_valid: float | None = None, width: int | None = None,
+                 reasons: bool = True) -> str:
     """A plain-text verdict table, one line per adapter, no wider than ``width`` (default: the terminal's,
-    120 when not a terminal): the ``why`` column holds the short reason, the full reasons follow the table."""
+    120 when not a terminal): the ``why`` column holds the short reason, the full reasons follow the table
+    (``reasons`` False: the table alone; :func:`lm_eval_toolfid.reporting.screen.verdicts` puts a legend between)."""
     import shutil
 
     width = width or shutil.get_terminal_size((120, 24)).columns
@@ -166,8 +171,10 @@ def format_table(rows: list[RunRow], base_valid: float | None = None, width: int
                 line[-1] = line[-1][: room - 1] + "…"
     fmt_row = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     table = [fmt_row(head), fmt_row(["-" * w for w in widths]), *map(fmt_row, lines)]
-    reasons = [f"{r.label}: {verdict_label(r)} — {_reason(r)}" for r in rows]
-    return "\n".join(table) + "\n\n" + "\n".join(_wrap(line, width) for line in reasons)
+    if not reasons:
+        return "\n".join(table)
+    full = [f"{r.label}: {verdict_label(r)} — {_reason(r)}" for r in rows]
+    return "\n".join(table) + "\n\n" + "\n".join(_wrap(line, width) for line in full)
 
 
 def _wrap(text: str, width: int) -> str:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from lm_eval_toolfid.calibration.adapters import check_adapter
 from lm_eval_toolfid.cases.bundled import tasks_path
-from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.core.errors import ToolfidError, offline
 from lm_eval_toolfid.core.flags import parse_flag
 from lm_eval_toolfid.reporting.view_store import ViewResult
 from lm_eval_toolfid.run.plan import ModelOptions, RunPlan, View
@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("lm_eval.toolfid")
 
 
-def check_base(base: str) -> None:
-    """A local base must be a model directory; anything path-like that does not exist is an error."""
+def check_base(base: str, revision: str | None = None, gguf: bool = False) -> None:
+    """A local base must be a model directory; anything path-like that does not exist is an error; a hub id must
+    be in the local cache when ``HF_HUB_OFFLINE`` forbids downloading it (``gguf``: its config is not a file to
+    look for)."""
     path = Path(base).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
@@ -43,6 +45,18 @@ def check_base(base: str) -> None:
         raise ToolfidError(f"base model {path} is a file, not a model directory")
     elif base.startswith(("/", ".", "~")) or base.count("/") > 1:
         raise ToolfidError(f"base model not found: {base}")
+    elif offline() and not gguf:
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(base, "config.json", revision=revision)
+        except Exception:  # noqa: BLE001 - an id the hub would refuse: loading says why
+            return
+        if not isinstance(cached, str):
+            raise ToolfidError(f"base model {base} is not in the local Hugging Face cache"
+                               f"{f' at revision {revision}' if revision else ''} and HF_HUB_OFFLINE=1 forbids "
+                               "downloading it: give a local model folder, unset HF_HUB_OFFLINE to download it, or "
+                               "pass the revision you have cached (revision=)")
 
 
 class ModelSession:
@@ -124,6 +138,8 @@ class ModelSession:
             self.load(plan.adapters)
         joint = self.joint_run(views)
         self.lm.joint = joint
+        if joint is not None and self.progress is not None:
+            self.progress.together = joint.groups  # its progress lines say what is decoded together
         try:
             for view in views:
                 if joint is not None:

@@ -6,7 +6,7 @@ Gates (each can be PASS, FAIL, or undecided):
   the original rule) judges the point estimate; mode ``noninferiority`` passes only when the 95%
   paired CI's lower bound is ≥ floor (fails when the point estimate is below it, else undecided).
   Either way the text says whether a failure is statistically clear (the whole CI below the floor)
-  or within noise.
+  or not (the point estimate fails and the CI reaches back over the floor: the gate fails all the same).
 - **hallucination**: ``hallucination_delta`` (adapter − base, each over its own valid calls) ≤ cap
   (default 0.10) — the gate judges the adapter's *change*; ``hallucination_gate: absolute`` applies
   the original rule ``hallucination_rate ≤ cap`` instead. When its value is undefined (a view with no
@@ -115,7 +115,7 @@ class Gate(BaseModel):
         if not self.measured:
             return f"{name} not measured" + (f": {self.note}" if self.note else "")
         if self.passed is False:
-            how = "statistically clear" if self.clear else ("within noise" if self.clear is False else "")
+            how = "statistically clear" if self.clear else ("not statistically clear" if self.clear is False else "")
             return f"{name} {value} {bad_op} {self.threshold:+.3f}" + (f" ({how}{ci})" if how or ci else "")
         if self.passed is None:
             return f"{name} {value}: {self.note}" if self.note else f"{name} undecided"
