@@ -179,3 +179,8 @@ def test_lm_eval_help_starts_with_what_toolfid_adds(capsys):
     flat = " ".join(head.split())
     assert str(tasks_path()) in flat and "runs as toolfid-hf" in flat and "--model hf-auto" in flat
     assert main(["lm-eval", "run", "--modle", "hf"]) == 4  # lm_eval's usage error: an input error, not "undecided"
+    from lm_eval_toolfid.cli.lm_eval import _use_toolfid_model
+
+    for argv in (["--model", "hf"], ["-M", "hf"], ["-m", "hf"], ["--model=hf"]):  # what the help says is true
+        assert "toolfid-hf" in " ".join(_use_toolfid_model(argv)), argv
+    assert _use_toolfid_model(["--model", "hf-auto"]) == ["--model", "hf-auto"]

@@ -24,7 +24,7 @@ EXIT_BROKEN_PIPE = 141
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_PASS, "success (without --gate, a run that finishes exits 0 whatever its verdicts)"),
     (EXIT_FAIL, "an adapter failed its verdict (toolfid run --gate, toolfid gate); toolfid check: "
-                "a generation is not a valid call"),
+                "a generation is not a valid call; toolfid lm-eval: lm_eval's own exit 1"),
     (EXIT_UNDECIDED, "an adapter's verdict is undecided and none failed (toolfid run --gate, toolfid gate)"),
     (EXIT_STOP_CHECK, "toolfid run --check-stops: a case scores differently without the early stop "
                       "(the run's numbers are not trusted; please report it)"),
