@@ -67,3 +67,35 @@ def test_served_vllm_with_lora_modules_answers_as_the_in_process_engine(vllm_ser
     assert any("changed no output" in n for n in noop.get("notes", [])), noop
     prose = s["adapters"]["prose"]["verdict"]
     assert not any("changed no output" in n for n in prose.get("notes", [])), prose  # the trained LoRA was applied
+
+
+def _lm_eval_vllm(model_args: str, out: Path, home: Path, cases: Path) -> subprocess.CompletedProcess:
+    """The real ``lm_eval`` CLI of ``.venv-vllm`` with lm-eval's own ``vllm`` model (in-process vLLM on CPU)."""
+    from lm_eval_toolfid.cases.bundled import tasks_path
+
+    from .vllm_helpers import VENV, vllm_env
+
+    cmd = [str(VENV / "bin" / "lm_eval"), "--tasks", "tool_use_fidelity", "--include_path", str(tasks_path()),
+           "--model", "vllm", "--model_args", model_args, "--metadata", json.dumps({"cases": str(cases)}),
+           "--limit", "2", "--log_samples", "--output_path", str(out)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=dict(vllm_env(), TOOLFID_HOME=str(home)),
+                          timeout=900)
+
+
+def test_lm_eval_vllm_adapter_run_pairs_with_the_base_run_of_the_same_lora_settings(smollm2: Path,
+                                                                                   tmp_path: Path) -> None:
+    """The mission's command on vLLM, in process: 2 cases (the two the prose adapter was trained on: the
+    fewest where the adapter's change shows), the base run with the LoRA settings the adapter run needs."""
+    from .vllm_helpers import prose_lora
+
+    cases, home = small_cases(tmp_path / "cases.jsonl"), tmp_path / "home"
+    base_args = f"pretrained={smollm2},dtype=float32,max_model_len=4096,enable_lora=True,max_lora_rank=16"
+    base = _lm_eval_vllm(base_args, tmp_path / "base", home, cases)
+    assert base.returncode == 0, base.stderr[-3000:]
+    adapter = _lm_eval_vllm(f"{base_args},lora_local_path={prose_lora(smollm2)}", tmp_path / "prose", home, cases)
+    assert adapter.returncode == 0, adapter.stderr[-3000:]
+    results = json.loads(sorted((tmp_path / "prose").rglob("results_*.json"))[-1].read_text())
+    meta = results["configs"]["tool_use_fidelity"]["metadata"]["toolfid"]
+    assert meta["pairing"].startswith("reference store: "), meta["pairing"]
+    assert meta["run_key"]["base"]["backend"] == "vllm" and meta["run_key"]["base"]["enable_lora"] == "True"
+    assert meta["summary"]["metrics"]["identical_output_rate"] < 1.0  # the LoRA was applied: it changed answers
