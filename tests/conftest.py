@@ -118,3 +118,23 @@ def qwen_coder() -> Path:
         return prepare_qwen_coder()
     except ToolfidError as exc:
         pytest.fail(f"Qwen2.5-Coder-0.5B-Instruct cannot be prepared: {exc}")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(smollm2: Path, tmp_path_factory: pytest.TempPathFactory):
+    """ONE real vLLM OpenAI-compatible server for the session (from ``.venv-vllm``, scripts/setup_vllm.sh):
+    SmolLM2 float32 with ``--lora-modules noop=<B = 0 LoRA> prose=<a trained LoRA>``; stopped at the end."""
+    from .lora_recipes import zero_lora
+    from .vllm_helpers import VllmServer, prose_lora
+
+    root = tmp_path_factory.mktemp("vllm")
+    loras = {"noop": zero_lora(smollm2, root / "noop"), "prose": prose_lora(smollm2)}
+    server = VllmServer(smollm2, loras, root / "vllm.log")
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pytest.fail(f"vLLM server: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -206,3 +206,22 @@ def test_a_base_run_of_the_old_stop_rule_is_refused_for_a_primed_prompt(tmp_path
         cfg["metadata"]["toolfid"]["generation"] = {"engine": "not recorded"}
     (tmp_path / "results_2026-01-01T00-00-00.json").write_text(json.dumps(results))
     assert reference_from_samples(samples, KEY, primed=True).generations == {"a": "x"}
+
+
+def test_a_vllm_adapter_run_with_lora_settings_names_the_base_command_that_pairs() -> None:
+    from lm_eval_toolfid.pairing.identity import base_identity, lora_settings_demand
+
+    args = {"pretrained": "org/Base", "dtype": "float32", "enable_lora": "True", "lora_local_path": "/a/sql",
+            "max_lora_rank": "16"}
+    # the LoRA settings stay in the base identity (vLLM with LoRA enabled is another base path) …
+    base = base_identity(args, "vllm")
+    assert base["enable_lora"] == "True" and base["max_lora_rank"] == "16" and "lora_local_path" not in base
+    # … and the adapter run says, in one line, which base run pairs with it
+    line = lora_settings_demand(args)
+    assert line is not None and "\n" not in line
+    assert "enable_lora=True, max_lora_rank=16" in line
+    assert "--model_args pretrained=org/Base,dtype=float32,enable_lora=True,max_lora_rank=16 " in line
+    assert "lora_local_path" not in line
+    # no demand for a base run, or an adapter run without LoRA settings
+    assert lora_settings_demand({"pretrained": "org/Base", "enable_lora": "True"}) is None
+    assert lora_settings_demand({"pretrained": "org/Base", "peft": "/a/sql"}) is None

@@ -209,3 +209,22 @@ class RunKey:
                 out.append(k)
         return out
 
+
+
+def lora_settings_demand(model_args: dict[str, Any], task: str = "tool_use_fidelity") -> str | None:
+    """For an adapter run that carries LoRA engine settings (vLLM's ``enable_lora``, ``max_lora_rank`` …): one line
+    naming them and the base command that pairs with it, else None.
+
+    Those settings stay in the base's identity: vLLM with LoRA enabled runs the base through another path (punica
+    kernels, padded ranks), and users report base outputs that move with it, so only a base run given the same
+    settings is this run's base. The base command is this run's model args without the adapter key."""
+    if adapter_of(model_args) is None:
+        return None
+    settings = {k: v for k, v in model_args.items() if k in _ADAPTER_SETTINGS and v not in (None, "", False, "False")}
+    if not settings:
+        return None
+    base_args = ",".join(f"{k}={v}" for k, v in model_args.items()
+                         if k not in ADAPTER_KEYS and k not in LM_EVAL_BOOKKEEPING_KEYS and v not in (None, ""))
+    named = ", ".join(f"{k}={v}" for k, v in settings.items())
+    return (f"the base run must be given this run's LoRA settings ({named}): run `lm_eval --model vllm --model_args "
+            f"{base_args} --tasks {task} …` (this command without the adapter) first")

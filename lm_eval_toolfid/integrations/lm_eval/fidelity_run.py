@@ -22,7 +22,7 @@ from lm_eval_toolfid.cases.load import case_set_hash
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import MAX_TEXT, Case, PairScore, Summary
 from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
-from lm_eval_toolfid.pairing.identity import RunKey
+from lm_eval_toolfid.pairing.identity import RunKey, lora_settings_demand
 from lm_eval_toolfid.pairing.references import (STOP_RULE, Reference, find_references, reference_dir,
                                                  stale_under_primer, write_reference)
 from lm_eval_toolfid.pairing.samples import reference_from_samples
@@ -124,9 +124,14 @@ class FidelityRun:
         elif not self.references:
             why = ("no base reference matches this base, case set, prompt and generation settings"
                    if key is not None else "the run does not name its base model (no 'pretrained')")
-            self.provenance["pairing"] = f"none: {why}"
-            log.warning("tool_use_fidelity: %s; reporting adapter metrics only (verdict UNDECIDED). Run the same "
-                        "command without the adapter first, or pass --metadata '{\"base_samples\": PATH}'.", why)
+            demand = lora_settings_demand(s.model_args, self.task_names[0] if self.task_names else "tool_use_fidelity") \
+                if key is not None else None
+            self.provenance["pairing"] = f"none: {why}" + (f"; {demand}" if demand else "")
+            if demand:  # vLLM LoRA settings are part of the base: say which base run pairs, in one line
+                log.warning("tool_use_fidelity: %s; reporting adapter metrics only (verdict UNDECIDED): %s", why, demand)
+            else:
+                log.warning("tool_use_fidelity: %s; reporting adapter metrics only (verdict UNDECIDED). Run the same "
+                            "command without the adapter first, or pass --metadata '{\"base_samples\": PATH}'.", why)
         if s.uses_calibration:
             self.calibration = calib.load_calibration(s.calibration)
             if key is None:

