@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 FIXTURE_TASK = "tool_use_fidelity_fixture"
 BIN = Path(sys.executable).parent
 
@@ -44,3 +46,38 @@ def metrics(results: dict, task: str = FIXTURE_TASK) -> dict[str, float]:
 
 def toolfid_meta(results: dict, task: str = FIXTURE_TASK) -> dict:
     return results["configs"][task]["metadata"].get("toolfid", {})
+
+
+
+_DEFAULT_INDEX: dict = {}
+
+
+@pytest.fixture
+def lm_eval_index_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Index lm-eval's own bundled task folder once per test process, not once per in-process ``lm_eval`` call.
+
+    ``lm_eval``'s CLI builds a ``TaskManager`` that walks every YAML file lm-eval ships (thousands: 5-15 s on a loaded
+    core) before the first case. That folder is part of the installed package and cannot change during a test run,
+    so its index is computed once (by lm-eval's own ``TaskIndex.build``) and handed out again; every other folder (the
+    project's task folder given as ``--include_path``, a test's own) is still indexed on every call. The tests that run
+    the real ``lm_eval`` console script in a subprocess still pay the whole indexing: they check it end to end.
+    """
+    from lm_eval.tasks import _index, manager
+
+    bundled = Path(manager.__file__).resolve().parent
+    build = _index.TaskIndex.build
+
+    def once(paths, *, resolve_includes=True):  # noqa: ANN001, ANN202 - lm-eval's own signature
+        index: dict = {}
+        for root in paths:
+            if Path(root).resolve() == bundled:
+                key = (str(bundled), resolve_includes)
+                if key not in _DEFAULT_INDEX:
+                    _DEFAULT_INDEX[key] = build([root], resolve_includes=resolve_includes)
+                part = _DEFAULT_INDEX[key]
+            else:
+                part = build([root], resolve_includes=resolve_includes)
+            index.update(part)  # a later path overrides an earlier one, as in lm-eval's build
+        return index
+
+    monkeypatch.setattr(_index.TaskIndex, "build", staticmethod(once))
