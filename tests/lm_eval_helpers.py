@@ -81,3 +81,30 @@ def lm_eval_index_once(monkeypatch: pytest.MonkeyPatch) -> None:
         return index
 
     monkeypatch.setattr(_index.TaskIndex, "build", staticmethod(once))
+
+
+def lm_eval_in_process(model_args: str, out: Path, home: Path, metadata: dict | None = None,
+                       task: str = FIXTURE_TASK, extra: list[str] | None = None) -> tuple[int, str]:
+    """The same run as :func:`lm_eval_cli`, through ``toolfid lm-eval`` in this process (lm-eval's own CLI code,
+    without a new interpreter's imports; with the ``lm_eval_index_once`` fixture, without indexing lm-eval's tasks
+    again): the exit code and what was printed to stderr. For tests about what a run writes, not about the console
+    script (the tests that check the console script and its stderr keep :func:`lm_eval_cli`)."""
+    import io
+    from contextlib import redirect_stderr
+
+    from lm_eval_toolfid.cli import main
+
+    argv = ["lm-eval", "--tasks", task, "--model", "hf", "--model_args", model_args, "--output_path", str(out),
+            "--log_samples", "--batch_size", "16", "--device", "cpu"]
+    if metadata:
+        argv += ["--metadata", json.dumps(metadata)]
+    argv += extra or []
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TOOLFID_HOME", str(home))
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setenv("TOKENIZERS_PARALLELISM", "false")
+        mp.setattr(sys, "argv", list(sys.argv))  # toolfid lm-eval sets sys.argv for lm-eval's parser
+        with redirect_stderr(err):
+            code = main(argv)
+    return code, err.getvalue()
