@@ -12,6 +12,7 @@ from lm_eval_toolfid.core.schema import check_tool_schema
 from lm_eval_toolfid.scoring.outcome import score_generation
 
 from .conftest import SHARED
+from .lm_eval_helpers import lm_eval_index_once  # noqa: F401 - a fixture
 
 BFCL = SHARED / "bfcl"
 pytestmark = pytest.mark.skipif(not BFCL.is_dir(), reason="../shared/bfcl not present")
@@ -183,6 +184,7 @@ def test_every_imported_case_scores_reference_and_wrong_answers(imported):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("lm_eval_index_once")
 def test_no_tool_cases_run_through_lm_eval_pair_and_report(tmp_path):
     """Real lm_eval runs of the fixture model (base, then an adapter that pairs with it) on a case file
     mixing fixture cases with real BFCL irrelevance questions that offer no tool (plain-v3: the case
@@ -196,7 +198,7 @@ def test_no_tool_cases_run_through_lm_eval_pair_and_report(tmp_path):
     from lm_eval_toolfid.reporting.breakdown import NO_CALL_EXPECTED, breakdown
     from lm_eval_toolfid.reporting.load import read_run as read_report_run
 
-    from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, metrics, read_run
+    from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_in_process, metrics, read_run
 
     entries = _lines(BFCL / "BFCL_v4_irrelevance.json")[:8]
     for entry in entries[:6]:
@@ -213,8 +215,9 @@ def test_no_tool_cases_run_through_lm_eval_pair_and_report(tmp_path):
     home = tmp_path / "home"
     for name, args in (("base", f"pretrained={fix['base']}"),
                        ("ft", f"pretrained={fix['base']},peft={fix['adapters']['faithful']}")):
-        proc = lm_eval_cli(args, tmp_path / name, home, metadata=meta)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        # in this process: what is checked is what the runs write (prompts, pairing, samples), not the console script
+        code, err = lm_eval_in_process(args, tmp_path / name, home, metadata=meta)
+        assert code == 0, err[-3000:]
     results, samples = read_run(tmp_path / "ft")
     assert len(samples) == 16
     no_tools = {e["id"] for e in entries[:6]}

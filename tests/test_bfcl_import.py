@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import io
 import json
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -47,29 +49,39 @@ def _import(name: str, source: Path, target: Path, capsys) -> str:
 
 
 @pytest.fixture(scope="module")
-def imported(tmp_path_factory) -> dict[str, list[Case]]:
-    """Every BFCL file through the real CLI, then back through cases.load_cases."""
+def imported_whole(tmp_path_factory) -> tuple[Path, dict[str, str], dict[str, list[Case]]]:
+    """Every BFCL file through the real CLI once (its summary line kept), then back through cases.load_cases: the
+    import of all the files is the expensive part, so every test below reads this one run (it ran twice before)."""
     out = tmp_path_factory.mktemp("bfcl")
-    loaded = {}
+    lines, loaded = {}, {}
     for name in QUESTION_FILES:
         target = out / f"{name}.jsonl"
         argv = ["import-bfcl", str(BFCL / name), "--output", str(target)]
         if _answers(name):
             argv += ["--answers", str(_answers(name))]
-        assert cli.main(argv) == 0, name
+        printed = io.StringIO()
+        with redirect_stdout(printed):
+            assert cli.main(argv) == 0, name
+        lines[name] = printed.getvalue()
         loaded[name] = load_cases(target)
-    return loaded
+    return out, lines, loaded
 
 
-def test_every_real_file_imports_whole(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def imported(imported_whole) -> dict[str, list[Case]]:
+    return imported_whole[2]
+
+
+def test_every_real_file_imports_whole(imported_whole):
     """Every entry of every real single-turn file becomes a case: none of them is skipped."""
+    out, lines, loaded = imported_whole
     assert set(QUESTION_FILES) >= {f"BFCL_v4_{c}.json" for c in ("irrelevance", "live_simple", "multiple", "parallel",
                                                                  "parallel_multiple", "simple_python")}
     for name in QUESTION_FILES:
-        line = _import(name, BFCL / name, tmp_path / f"{name}.jsonl", capsys)
+        assert lines[name].count("\n") == 1, lines[name]  # one summary line
         n = len(_lines(BFCL / name))
-        assert line == f"wrote {n} cases ({category_of(name)} {n}) to {tmp_path / f'{name}.jsonl'}", line
-        assert len(load_cases(tmp_path / f"{name}.jsonl")) == n
+        assert lines[name].strip() == f"wrote {n} cases ({category_of(name)} {n}) to {out / f'{name}.jsonl'}", name
+        assert len(loaded[name]) == n
 
 
 def test_every_file_imports_and_loads(imported):

@@ -4,10 +4,12 @@ messages), read in place from the installed ``bfcl-eval`` distribution (scripts/
 
 from __future__ import annotations
 
+import io
 import json
-import subprocess
+import sys
 from collections import Counter
 from importlib import metadata
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,6 @@ from lm_eval_toolfid.prompts.history import conversation_text
 from lm_eval_toolfid.prompts.prompter import Prompter
 
 from .chat_templates import ALTERNATING, HERMES_TOOLS, IGNORES_TOOLS
-from .lm_eval_helpers import BIN
 
 VERSION = "2026.3.23"
 SETUP = f"run `bash scripts/setup.sh` (or: .venv/bin/python -m pip install --no-deps bfcl-eval=={VERSION})"
@@ -43,6 +44,17 @@ def upstream(name: str) -> Path:
     return path
 
 
+def _toolfid(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
+    """``toolfid ARGV`` in this process, ``stdin`` as its standard input: exit code, stdout, stderr."""
+    from lm_eval_toolfid.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, redirect_stdout(out), redirect_stderr(err):
+        mp.setattr(sys, "stdin", io.StringIO(stdin))
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
 @pytest.fixture(scope="module")
 def entries() -> dict[str, dict]:
     lines = upstream("BFCL_v4_live_irrelevance.json").read_text(encoding="utf-8").splitlines()
@@ -51,12 +63,14 @@ def entries() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory) -> tuple[list[Case], str, Path]:
-    """The upstream file through the real command line tool."""
+    """The upstream file through the command line tool's own code, in this process (a new interpreter's imports
+    added seconds and checked nothing more: tests/test_lm_eval_cli.py::test_installed_entry_points runs the
+    installed console script)."""
     target = tmp_path_factory.mktemp("bfcl_upstream") / "live_irrelevance.jsonl"
-    done = subprocess.run([str(BIN / "toolfid"), "import-bfcl", str(upstream("BFCL_v4_live_irrelevance.json")),
-                           "-o", str(target)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return load_cases(target), done.stdout, target
+    code, stdout, stderr = _toolfid(["import-bfcl", str(upstream("BFCL_v4_live_irrelevance.json")), "-o",
+                                     str(target)])
+    assert code == 0, stderr
+    return load_cases(target), stdout, target
 
 
 def test_every_upstream_live_irrelevance_entry_becomes_a_case(entries, imported):
@@ -124,10 +138,10 @@ def test_check_scores_answers_to_the_conversations(imported):
     _, _, target = imported
     answers = [{"case_id": "live_irrelevance_125-11-0", "text": "好的，我来发起 oncall。"},
                {"case_id": "live_irrelevance_549-169-2", "text": json.dumps({"name": "get_weather", "arguments": {}})}]
-    done = subprocess.run([str(BIN / "toolfid"), "check", "--cases", str(target), "--jsonl"], capture_output=True,
-                          text=True, timeout=300, input="".join(json.dumps(a, ensure_ascii=False) + "\n" for a in answers))
-    lines = [json.loads(line) for line in done.stdout.splitlines()]
-    assert done.returncode == 1, done.stderr  # not every answer is a valid call (prose is right here)
+    code, stdout, stderr = _toolfid(["check", "--cases", str(target), "--jsonl"],
+                                    stdin="".join(json.dumps(a, ensure_ascii=False) + "\n" for a in answers))
+    lines = [json.loads(line) for line in stdout.splitlines()]
+    assert code == 1, stderr  # not every answer is a valid call (prose is right here)
     assert [(r["case_id"], r["kind"]) for r in lines[:2]] == [("live_irrelevance_125-11-0", "no_call"),
                                                            ("live_irrelevance_549-169-2", "schema_error")]
     assert lines[2]["summary"]["false_call_rate"] == 0.5

@@ -18,7 +18,8 @@ from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.run.plan import RunPlan
 from lm_eval_toolfid.run.runner import run_plan
 
-from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, metrics, toolfid_meta
+from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_in_process, metrics, toolfid_meta
+from .lm_eval_helpers import lm_eval_index_once  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 FIX = fixture_paths()
@@ -73,19 +74,20 @@ def test_z_and_rank_p_in_a_real_run(calibrated, tmp_path):
     assert null["z"] == pytest.approx(m["json_valid_z"])
 
 
+@pytest.mark.usefixtures("lm_eval_index_once")
 def test_from_results_agrees_with_in_process(calibrated, tmp_path):
+    from lm_eval_toolfid.cli import main
+
     root, out = calibrated
     home = root / "home"  # the base reference written during calibration is in this store
     nulls = sorted((root / "nulls").iterdir())
-    for null in nulls:
-        proc = lm_eval_cli(f"pretrained={FIX['base']},peft={null}", tmp_path / null.name, home)
-        assert proc.returncode == 0, proc.stderr[-2000:]
+    for null in nulls:  # each null's run as lm-eval writes it (in this process: the files are what is read here)
+        code, err = lm_eval_in_process(f"pretrained={FIX['base']},peft={null}", tmp_path / null.name, home)
+        assert code == 0, err[-2000:]
     # toolfid score on a null's own results (same norm as the real adapter: compatible); input untouched
     results_file = sorted((tmp_path / nulls[0].name).rglob("results_*.json"))[-1]
     before = results_file.read_bytes()
-    cli = subprocess.run([str(BIN / "toolfid"), "score", str(results_file), "--calibration", str(out)],
-                         capture_output=True, text=True, timeout=300)
-    assert cli.returncode == 0, cli.stderr
+    assert main(["score", str(results_file), "--calibration", str(out)]) == 0
     assert results_file.read_bytes() == before
     scored = json.loads(results_file.with_name(results_file.stem + ".scored.json").read_text())["toolfid_score"]
     assert math.isfinite(scored["json_valid_z"]) and scored["null"]["k"] == K
@@ -125,10 +127,13 @@ def test_calibration_is_refused_for_another_case_set_or_base(calibrated, tmp_pat
         run_plan(RunPlan(str(other_base), {"f": FIX["adapters"]["faithful"]}, FIXTURE_TASK, {"calibration": str(out)}))
 
 
+@pytest.mark.usefixtures("lm_eval_index_once")
 def test_score_refuses_a_calibration_made_for_another_update_norm(calibrated, tmp_path):
     root, out = calibrated
-    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={FIX['adapters']['broken']}", tmp_path / "r", root / "home")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    # the run's files are what `toolfid score` reads: made in this process; the score command is the console script
+    code, err = lm_eval_in_process(f"pretrained={FIX['base']},peft={FIX['adapters']['broken']}", tmp_path / "r",
+                                   root / "home")
+    assert code == 0, err[-2000:]
     results_file = sorted((tmp_path / "r").rglob("results_*.json"))[-1]
     # broken has the faithful adapter's shape but another update norm: the faithful calibration does not fit it
     cli = subprocess.run([str(BIN / "toolfid"), "score", str(results_file), "--calibration", str(out)],

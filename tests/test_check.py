@@ -12,7 +12,8 @@ from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.cases.load import load_cases
 
 from .conftest import SHARED
-from .lm_eval_helpers import BIN, lm_eval_cli, metrics, read_run
+from .lm_eval_helpers import BIN, lm_eval_in_process, metrics, read_run
+from .lm_eval_helpers import lm_eval_index_once  # noqa: F401 - a fixture
 
 TOOLFID = str(BIN / "toolfid")
 HAS_FORMATS = importlib.util.find_spec("lm_eval_toolfid.formats") is not None
@@ -123,15 +124,17 @@ def test_schema_error_reports_keyword_and_path_and_exit_codes(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("lm_eval_index_once")
 def test_samples_rescoring_matches_the_lm_eval_run(tmp_path):
     """Re-scoring a real run's samples file reproduces the run's own metrics, case by case."""
     fix = fixture_paths()
     cases = tmp_path / "cases.jsonl"
     subset = load_cases("fixture")[:12]
     cases.write_text("".join(json.dumps(c.model_dump(mode="json", exclude_none=True)) + "\n" for c in subset))
-    proc = lm_eval_cli(f"pretrained={fix['base']},peft={fix['adapters']['broken']}", tmp_path / "run",
-                       tmp_path / "home", metadata={"cases": str(cases)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # the run in this process (its samples file is what is re-scored); `check` below is the console script
+    code, err = lm_eval_in_process(f"pretrained={fix['base']},peft={fix['adapters']['broken']}", tmp_path / "run",
+                                   tmp_path / "home", metadata={"cases": str(cases)})
+    assert code == 0, err[-3000:]
     results, samples = read_run(tmp_path / "run")
     samples_file = sorted((tmp_path / "run").rglob("samples_*.jsonl"))[-1]
     proc = check("--samples", str(samples_file), "--cases", str(cases), "--json")

@@ -194,7 +194,9 @@ def test_a_stale_reference_is_never_used(two_run_flow, tmp_path):
     assert "validity_delta" not in metrics(results)
 
 
-def test_bad_input_is_one_line(tmp_path):
+def test_bad_input_is_one_line(tmp_path, capsys):
+    from lm_eval_toolfid.cli import main
+
     bad_cases = tmp_path / "bad.jsonl"
     bad_cases.write_text('{"id": "x", "prompt": "p"}\n')
     proc = lm_eval_cli(f"pretrained={FIX['base']}", tmp_path / "o", tmp_path / "h",
@@ -204,13 +206,15 @@ def test_bad_input_is_one_line(tmp_path):
     # toolfid's pass-through checks the adapter directory before lm-eval loads anything
     broken_dir = tmp_path / "not-an-adapter"
     broken_dir.mkdir()
-    proc = subprocess.run([str(BIN / "toolfid"), "lm-eval", "--tasks", FIXTURE_TASK, "--model", "hf",
-                           "--model_args", f"pretrained={FIX['base']},peft={broken_dir}"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 4 and "no adapter_config.json" in proc.stderr and "Traceback" not in proc.stderr
-    proc = subprocess.run([str(BIN / "toolfid"), "run", "--base", str(tmp_path / "nope"), "--adapter",
-                           FIX["adapters"]["faithful"]], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 4 and "Traceback" not in proc.stderr
+    # (these two in this process: both stop before any model loads; the console script is run elsewhere)
+    capsys.readouterr()
+    code = main(["lm-eval", "--tasks", FIXTURE_TASK, "--model", "hf", "--model_args",
+                 f"pretrained={FIX['base']},peft={broken_dir}"])
+    err = capsys.readouterr().err
+    assert code == 4 and "no adapter_config.json" in err and "Traceback" not in err
+    code = main(["run", "--base", str(tmp_path / "nope"), "--adapter", FIX["adapters"]["faithful"]])
+    err = capsys.readouterr().err
+    assert code == 4 and "Traceback" not in err, err
 
 
 def test_installed_entry_points(tmp_path):

@@ -19,11 +19,12 @@ from lm_eval_toolfid.core.records import PairScore
 from lm_eval_toolfid.pairing.samples import sample_prompt
 
 from .chat_templates import HERMES_TOOLS
-from .lm_eval_helpers import FIXTURE_TASK, lm_eval_cli, metrics, read_run, toolfid_meta
+from .lm_eval_helpers import FIXTURE_TASK, lm_eval_in_process, metrics, read_run, toolfid_meta
+from .lm_eval_helpers import lm_eval_index_once  # noqa: F401 - a fixture
 from .test_multiturn_prompts import MULTITURN_CASES
 from .test_prompt_styles import chat_base
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("lm_eval_index_once")]
 FIX = fixture_paths()
 ADAPTERS = ["faithful", "prose_after_results"]
 
@@ -99,10 +100,12 @@ def test_lm_eval_cli_pairs_multi_turn_cases_with_the_same_outcomes_as_toolfid_ru
     """The two-run ``lm_eval`` flow (generating on to ``\\n###``) scores every case exactly as ``toolfid
     run`` (which stops each row at the end of its call) did."""
     home = tmp_path / "home"
-    base = lm_eval_cli(f"pretrained={FIX['base']}", tmp_path / "base", home)
-    assert base.returncode == 0, base.stderr[-3000:]
-    ft = lm_eval_cli(f"pretrained={FIX['base']},peft={FIX['adapters']['prose_after_results']}", tmp_path / "ft", home)
-    assert ft.returncode == 0, ft.stderr[-3000:]
+    # the two lm-eval runs in this process: what they write is compared here (the console script: test_lm_eval_cli)
+    code, err = lm_eval_in_process(f"pretrained={FIX['base']}", tmp_path / "base", home)
+    assert code == 0, err[-3000:]
+    code, err = lm_eval_in_process(f"pretrained={FIX['base']},peft={FIX['adapters']['prose_after_results']}",
+                                   tmp_path / "ft", home)
+    assert code == 0, err[-3000:]
     results, samples = read_run(tmp_path / "ft")
     assert toolfid_meta(results)["verdict"]["label"] == "FAIL"
     assert "multi-turn cases alone" in toolfid_meta(results)["verdict"]["reason"]
@@ -124,10 +127,10 @@ def test_chat_style_lm_eval_run_renders_conversations_with_the_template(tmp_path
     """A real chat template that writes tool calls and tool responses: the conversations reach the model
     in the template's own format, the run records it, and every case is scored per depth."""
     base = chat_base(tmp_path, HERMES_TOOLS)
-    proc = lm_eval_cli(f"pretrained={base}", tmp_path / "out", tmp_path / "home",
-                       metadata={"prompt_style": "chat", "cases": str(Path(MULTITURN_CASES).resolve())},
-                       extra=["--gen_kwargs", "max_gen_toks=16"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code, err = lm_eval_in_process(f"pretrained={base}", tmp_path / "out", tmp_path / "home",
+                                   metadata={"prompt_style": "chat", "cases": str(Path(MULTITURN_CASES).resolve())},
+                                   extra=["--gen_kwargs", "max_gen_toks=16"])
+    assert code == 0, err[-3000:]
     results, samples = read_run(tmp_path / "out")
     meta = toolfid_meta(results)
     assert meta["chat_history_in"] == "template" and meta["n_cases"] == 10

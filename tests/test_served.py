@@ -14,19 +14,23 @@ LoRA merged into a copy of it (``transformers serve`` loads whole models), 4 def
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import time
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 
-from .lm_eval_helpers import BIN, lm_eval_cli
+from .lm_eval_helpers import BIN, lm_eval_cli, lm_eval_index_once  # noqa: F401 - a fixture
 from .lora_recipes import Recipe, trained_lora
 from .served_helpers import Server, merged_copy
 
-pytestmark = pytest.mark.slow
+# in-process `toolfid lm-eval` calls below: lm-eval's own task folder indexed once per process (the one real
+# `lm_eval --model hf` run in the fixture still pays the whole indexing, as a user's does)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("lm_eval_index_once")]
 TASK = "tool_use_fidelity"
 N = 4
 MAX_NEW = 96  # a SmolLM2 call is 30-80 tokens; the prose adapter runs on to this
@@ -42,6 +46,21 @@ def _toolfid(args: list[str], home: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "toolfid"), *args], capture_output=True, text=True, env=_env(home), timeout=1800)
 
 
+def _inproc(args: list[str], home: Path) -> tuple[int, str, str]:
+    """``toolfid ARGS`` in this process (the same CLI code as the console script, without a new interpreter's
+    15-30 s of imports and lm-eval's task indexing): exit code, stdout, stderr."""
+    from lm_eval_toolfid.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in _env(home).items():
+            if os.environ.get(key) != value:
+                mp.setenv(key, value)
+        with redirect_stdout(out), redirect_stderr(err):
+            code = main(args)
+    return code, out.getvalue(), err.getvalue()
+
+
 def _view(folder: Path) -> tuple[dict, dict[str, dict]]:
     results = json.loads((folder / "results.json").read_text())
     rows = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines() if x.strip()]
@@ -49,7 +68,8 @@ def _view(folder: Path) -> tuple[dict, dict[str, dict]]:
 
 
 def _lm_eval_samples(out: Path, task: str = TASK) -> dict[str, dict]:
-    path = sorted(out.rglob(f"samples_{task}_*.jsonl"))[-1]
+    # samples_TASK_<date>.jsonl: not samples_TASK_chat_<date>.jsonl, where one run wrote several tasks
+    path = sorted(p for p in out.rglob(f"samples_{task}_*.jsonl") if p.name[len(f"samples_{task}_"):][:1].isdigit())[-1]
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     return {r["doc"]["id"]: r for r in rows}
 
@@ -95,6 +115,13 @@ def served(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
         out["run_seconds"] = time.monotonic() - t0
         assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
         out["run"] = json.loads(proc.stdout)
+        # plain `lm_eval --model hf` on the same weights, run once for every comparison below (it was two runs): the
+        # whole subset in tool_use_fidelity, the first 2 cases of each other prompt style (--samples, as --limit 2)
+        samples = {task: [0, 1] for task in STYLE_TASKS}
+        hf = lm_eval_cli(f"pretrained={smollm2}", root / "hf", root / "home-hf", task=",".join([TASK, *STYLE_TASKS]),
+                         metadata={"cases": str(cases_file)},
+                         extra=["--batch_size", "1", "--samples", json.dumps(samples)])
+        assert hf.returncode == 0, hf.stderr[-3000:]
         yield out
     finally:
         server.stop()
@@ -108,10 +135,7 @@ def test_served_views_pair_and_the_base_equals_lm_eval_hf(served: dict, smollm2:
     assert _meta(ad_results)["pairing"].startswith("reference store: ")
     assert _meta(ad_results)["run_key"]["base"]["backend"] == "openai-completions"
     assert _meta(ad_results)["served"]["shapes"] == {"text": N}
-    proc = lm_eval_cli(f"pretrained={smollm2}", root / "hf-base", root / "home-hf", task=TASK,
-                       metadata={"cases": str(served["cases"])}, extra=["--batch_size", "1"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    hf = _lm_eval_samples(root / "hf-base")
+    hf = _lm_eval_samples(root / "hf")  # the fixture's plain `lm_eval --model hf` run
     assert set(hf) == set(base)
     differ = [cid for cid in hf if _scored(hf[cid]) != _scored(base[cid])]
     assert not differ, [(cid, _scored(hf[cid]), _scored(base[cid])) for cid in differ[:2]]
@@ -128,36 +152,35 @@ def test_every_prompt_style_scores_alike_served_and_in_process(served: dict, smo
     root, url = served["root"], served["server"].url
     meta = json.dumps({"cases": str(served["cases"])})
     tasks = ",".join(STYLE_TASKS)
-    proc = _toolfid(["lm-eval", "--tasks", tasks, "--model", "toolfid-server", "--model_args",
-                     f"model={smollm2},base_url={url}", "--metadata", meta, "--limit", "2", "--output_path",
-                     str(root / "styles-served"), "--log_samples"], root / "home-styles-served")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    hf = lm_eval_cli(f"pretrained={smollm2}", root / "styles-hf", root / "home-styles-hf", task=tasks,
-                     metadata={"cases": str(served["cases"])}, extra=["--limit", "2", "--batch_size", "1"])
-    assert hf.returncode == 0, hf.stderr[-3000:]
+    # 2 cases a style (as before): a style rendered differently in one flow shows on any case; the second keeps a
+    # case whose prompt differs from the first's in tools and request, so a per-case rendering slip shows too
+    code, _, err = _inproc(["lm-eval", "--tasks", tasks, "--model", "toolfid-server", "--model_args",
+                            f"model={smollm2},base_url={url}", "--metadata", meta, "--limit", "2", "--output_path",
+                            str(root / "styles-served"), "--log_samples"], root / "home-styles-served")
+    assert code == 0, err[-3000:]
     for task in STYLE_TASKS:
-        a, b = _lm_eval_samples(root / "styles-served", task), _lm_eval_samples(root / "styles-hf", task)
+        a, b = _lm_eval_samples(root / "styles-served", task), _lm_eval_samples(root / "hf", task)
         assert len(a) == 2 and {c: _scored(s) for c, s in a.items()} == {c: _scored(s) for c, s in b.items()}, task
 
 
 def test_the_verdict_equals_the_in_process_flow(served: dict, smollm2: Path) -> None:
     root = served["root"]
-    proc = _toolfid(["run", "--base", str(smollm2), "--adapter", f"prose={served['adapter']}", "--cases",
-                     str(served["cases"]),
-                     "--output", str(root / "inproc"), "--json", "--device", "cpu"], root / "home-inproc")
-    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
-    inproc = json.loads(proc.stdout)["adapters"]["prose"]["verdict"]
+    code, stdout, err = _inproc(["run", "--base", str(smollm2), "--adapter", f"prose={served['adapter']}",
+                                 "--cases", str(served["cases"]), "--output", str(root / "inproc"), "--json",
+                                 "--device", "cpu"], root / "home-inproc")
+    assert code in (0, 1, 2), err[-3000:]
+    inproc = json.loads(stdout)["adapters"]["prose"]["verdict"]
     assert served["run"]["adapters"]["prose"]["verdict"]["label"] == inproc["label"]
 
 
 def test_lm_eval_local_completions_scores_alike_and_writes_the_same_reference(served: dict, smollm2: Path) -> None:
     root, url = served["root"], served["server"].url
     base_results, base = _view(root / "run" / "base")
-    proc = _toolfid(["lm-eval", "--tasks", TASK, "--model", "local-completions", "--model_args",
-                     f"model={smollm2},base_url={url}/v1/completions,tokenized_requests=False", "--metadata",
-                     json.dumps({"cases": str(served["cases"])}), "--limit", "2", "--output_path", str(root / "lc"),
-                     "--log_samples"], served["home"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code, _, err = _inproc(["lm-eval", "--tasks", TASK, "--model", "local-completions", "--model_args",
+                            f"model={smollm2},base_url={url}/v1/completions,tokenized_requests=False", "--metadata",
+                            json.dumps({"cases": str(served["cases"])}), "--limit", "2", "--output_path",
+                            str(root / "lc"), "--log_samples"], served["home"])
+    assert code == 0, err[-3000:]
     lc = _lm_eval_samples(root / "lc")
     assert len(lc) == 2 and {cid: _scored(s) for cid, s in lc.items()} == {cid: _scored(base[cid]) for cid in lc}
     # the same base key as toolfid-server's (a subset reference beside the whole one)
@@ -166,9 +189,9 @@ def test_lm_eval_local_completions_scores_alike_and_writes_the_same_reference(se
     assert Path(lc_meta["toolfid"]["reference_written"]).name.split(".")[0] == \
         Path(_meta(base_results)["reference_written"]).name.split(".")[0]
     # token ids instead of the prompt text: refused in one line
-    proc = _toolfid(["lm-eval", "--tasks", TASK, "--model", "local-completions", "--model_args",
-                     f"model={smollm2},base_url={url}/v1/completions", "--limit", "1"], served["home"])
-    assert proc.returncode != 0 and "tokenized_requests=False" in proc.stderr and "Traceback" not in proc.stderr
+    code, _, err = _inproc(["lm-eval", "--tasks", TASK, "--model", "local-completions", "--model_args",
+                            f"model={smollm2},base_url={url}/v1/completions", "--limit", "1"], served["home"])
+    assert code != 0 and "tokenized_requests=False" in err and "Traceback" not in err
 
 
 def test_a_server_killed_mid_run_stops_the_view_and_resume_completes_it(served: dict, smollm2: Path) -> None:
@@ -202,11 +225,10 @@ def test_a_server_killed_mid_run_stops_the_view_and_resume_completes_it(served: 
 
 def test_the_chat_path_sends_tools_and_scores_what_comes_back(served: dict, smollm2: Path) -> None:
     root, url = served["root"], served["server"].url
-    proc = _toolfid(["run", "--server", url, "--api", "chat", "--base", str(smollm2), "--adapter",
-                     f"prose={served['merged']}", "--cases", str(served["cases"]), "--limit", "2", "--output",
-                     str(root / "chat"), "--json"],
-                    root / "home-chat")
-    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
+    code, _, err = _inproc(["run", "--server", url, "--api", "chat", "--base", str(smollm2), "--adapter",
+                            f"prose={served['merged']}", "--cases", str(served["cases"]), "--limit", "2", "--output",
+                            str(root / "chat"), "--json"], root / "home-chat")
+    assert code in (0, 1, 2), err[-3000:]
     results, samples = _view(root / "chat" / "prose")
     meta = _meta(results)
     assert meta["run_key"]["base"]["backend"] == "openai-chat-tools" and meta["prompt_style"] == "chat"
