@@ -28,6 +28,17 @@ MODULE_COSTS = Path(__file__).with_name("module_costs.json")
 handed out first, so neither xdist worker is left alone with a long module at the end of the run."""
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _lm_eval_task_index_once():
+    """lm-eval's own task folder indexed once per test process (tests/lm_eval_helpers.lm_eval_index_once)."""
+    from .lm_eval_helpers import lm_eval_index_once
+
+    patch = pytest.MonkeyPatch()
+    lm_eval_index_once(patch)
+    yield
+    patch.undo()
+
+
 def pytest_collection_modifyitems(config, items):
     """Longest modules first (longest-processing-time scheduling for ``--dist loadfile``); within a module the
     order is the file's. A module missing from the table (new) counts as costly, so it is never last."""

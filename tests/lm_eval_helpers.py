@@ -52,9 +52,9 @@ def toolfid_meta(results: dict, task: str = FIXTURE_TASK) -> dict:
 _DEFAULT_INDEX: dict = {}
 
 
-@pytest.fixture
 def lm_eval_index_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Index lm-eval's own bundled task folder once per test process, not once per in-process ``lm_eval`` call.
+    """Index lm-eval's own bundled task folder once per test process, not once per in-process ``lm_eval`` call
+    (tests/conftest.py applies it to every test process).
 
     ``lm_eval``'s CLI builds a ``TaskManager`` that walks every YAML file lm-eval ships (thousands: 5-15 s on a loaded
     core) before the first case. That folder is part of the installed package and cannot change during a test run,

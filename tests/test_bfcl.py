@@ -12,7 +12,6 @@ from lm_eval_toolfid.core.schema import check_tool_schema
 from lm_eval_toolfid.scoring.outcome import score_generation
 
 from .conftest import SHARED
-from .lm_eval_helpers import lm_eval_index_once  # noqa: F401 - a fixture
 
 BFCL = SHARED / "bfcl"
 pytestmark = pytest.mark.skipif(not BFCL.is_dir(), reason="../shared/bfcl not present")
@@ -184,7 +183,6 @@ def test_every_imported_case_scores_reference_and_wrong_answers(imported):
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("lm_eval_index_once")
 def test_no_tool_cases_run_through_lm_eval_pair_and_report(tmp_path):
     """Real lm_eval runs of the fixture model (base, then an adapter that pairs with it) on a case file
     mixing fixture cases with real BFCL irrelevance questions that offer no tool (plain-v3: the case

@@ -19,7 +19,6 @@ from lm_eval_toolfid.run.plan import RunPlan
 from lm_eval_toolfid.run.runner import run_plan
 
 from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_in_process, metrics, toolfid_meta
-from .lm_eval_helpers import lm_eval_index_once  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 FIX = fixture_paths()
@@ -74,7 +73,6 @@ def test_z_and_rank_p_in_a_real_run(calibrated, tmp_path):
     assert null["z"] == pytest.approx(m["json_valid_z"])
 
 
-@pytest.mark.usefixtures("lm_eval_index_once")
 def test_from_results_agrees_with_in_process(calibrated, tmp_path):
     from lm_eval_toolfid.cli import main
 
@@ -127,7 +125,6 @@ def test_calibration_is_refused_for_another_case_set_or_base(calibrated, tmp_pat
         run_plan(RunPlan(str(other_base), {"f": FIX["adapters"]["faithful"]}, FIXTURE_TASK, {"calibration": str(out)}))
 
 
-@pytest.mark.usefixtures("lm_eval_index_once")
 def test_score_refuses_a_calibration_made_for_another_update_norm(calibrated, tmp_path):
     root, out = calibrated
     # the run's files are what `toolfid score` reads: made in this process; the score command is the console script

@@ -13,7 +13,6 @@ from lm_eval_toolfid.cases.load import load_cases
 
 from .conftest import SHARED
 from .lm_eval_helpers import BIN, lm_eval_in_process, metrics, read_run
-from .lm_eval_helpers import lm_eval_index_once  # noqa: F401 - a fixture
 
 TOOLFID = str(BIN / "toolfid")
 HAS_FORMATS = importlib.util.find_spec("lm_eval_toolfid.formats") is not None
@@ -124,7 +123,6 @@ def test_schema_error_reports_keyword_and_path_and_exit_codes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("lm_eval_index_once")
 def test_samples_rescoring_matches_the_lm_eval_run(tmp_path):
     """Re-scoring a real run's samples file reproduces the run's own metrics, case by case."""
     fix = fixture_paths()

@@ -20,11 +20,10 @@ from lm_eval_toolfid.pairing.samples import sample_prompt
 
 from .chat_templates import HERMES_TOOLS
 from .lm_eval_helpers import FIXTURE_TASK, lm_eval_in_process, metrics, read_run, toolfid_meta
-from .lm_eval_helpers import lm_eval_index_once  # noqa: F401 - a fixture
 from .test_multiturn_prompts import MULTITURN_CASES
 from .test_prompt_styles import chat_base
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("lm_eval_index_once")]
+pytestmark = pytest.mark.slow
 FIX = fixture_paths()
 ADAPTERS = ["faithful", "prose_after_results"]
 

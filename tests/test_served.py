@@ -24,13 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from .lm_eval_helpers import BIN, lm_eval_cli, lm_eval_index_once  # noqa: F401 - a fixture
+from .lm_eval_helpers import BIN, lm_eval_cli
 from .lora_recipes import Recipe, trained_lora
 from .served_helpers import Server, merged_copy
 
 # in-process `toolfid lm-eval` calls below: lm-eval's own task folder indexed once per process (the one real
 # `lm_eval --model hf` run in the fixture still pays the whole indexing, as a user's does)
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("lm_eval_index_once")]
+pytestmark = pytest.mark.slow
 TASK = "tool_use_fidelity"
 N = 4
 MAX_NEW = 96  # a SmolLM2 call is 30-80 tokens; the prose adapter runs on to this

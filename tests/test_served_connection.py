@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from .fake_server import Fake, TokenBucket, serve
-from .lm_eval_helpers import FIXTURE_TASK, lm_eval_index_once  # noqa: F401 - a fixture
+from .lm_eval_helpers import FIXTURE_TASK
 from .test_served_faults import _main, _toolfid
 
 # in-process `toolfid lm-eval` calls: lm-eval's own task folder indexed once per process (tests/lm_eval_helpers.py)
-pytestmark = pytest.mark.usefixtures("lm_eval_index_once")
 
 KEY = "sk-toolfid-RECOGNISABLE-7f3a9c"
 GATEWAY = "gw-toolfid-SECRET-51d2e8"

@@ -13,10 +13,9 @@ import pytest
 from lm_eval_toolfid.cli import main
 
 from .fake_server import Fake, serve
-from .lm_eval_helpers import FIXTURE_TASK, lm_eval_index_once  # noqa: F401 - a fixture
+from .lm_eval_helpers import FIXTURE_TASK
 
 # in-process `toolfid lm-eval` calls: lm-eval's own task folder indexed once per process (tests/lm_eval_helpers.py)
-pytestmark = pytest.mark.usefixtures("lm_eval_index_once")
 
 N_CASES = 12  # the first cases of the fixture set (--limit)
 
