@@ -33,6 +33,16 @@ def spread_cases(n_single: int, n_multi: int) -> list[Any]:
     return pick(single, n_single) + pick(multi, n_multi)
 
 
+def cases_by_id(ids: tuple[str, ...] | list[str]) -> list[Any]:
+    """The default set's cases with these ids, in this order (a test's chosen cases, named for what bites there)."""
+    from lm_eval_toolfid.cases.load import load_cases
+
+    by_id = {c.id: c for c in load_cases("default")}
+    missing = [i for i in ids if i not in by_id]
+    assert not missing, f"not in the default set: {missing}"
+    return [by_id[i] for i in ids]
+
+
 def load(path: Path) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -137,7 +147,7 @@ def assert_property(run: dict[str, Any], style: str) -> None:
     s = summary(run)
     print(f"{style}: {s['cases']} cases ({s['multi_turn']} conversations), {s['stopped_early']} stopped before "
           f"lm-eval's generation would, {s['tokens_saved']}/{s['tokens']} tokens saved; answers that differ: "
-          f"{len(s['differ'])}")
+          f"{len(s['differ'])}; stopped early: {', '.join(c['id'] for c in run['cases'] if c['k'] < c['n'])}")
     assert not s["differ"], "\n".join(f"{c['id']}: stopped {c['stopped'][-80:]!r} vs full {c['full'][-80:]!r}"
                                       for c in run["cases"] if c["stopped"] != c["full"])
 

@@ -93,10 +93,14 @@ def _generate(fx: dict[str, Any], call_end: bool, batch: int = 8) -> list[list[i
     return out
 
 
-@pytest.mark.parametrize("view", [None, "faithful", "hallucinating", "broken"])
-@pytest.mark.parametrize("call_end", [True, False])
+@pytest.mark.parametrize("call_end,view", [(True, None), (False, None), (True, "hallucinating"), (False, "broken")])
 def test_plain_engine_gives_generates_tokens(fixture_model: dict, view: str | None, call_end: bool) -> None:
-    """Engine (continuous batching, rows leaving, in-place cache) == transformers' generate, per case."""
+    """Engine (continuous batching, rows leaving, in-place cache) == transformers' generate, per case.
+
+    Four of the eight (view, stop rule) pairs: the base both ways, an adapter whose calls end early (another tool:
+    the call-end rule, LoRA layers in the forward) and one answering prose (no call ends it: EOS, ``until`` or the
+    budget). The faithful adapter answers as the base does and runs the same code; its verification is
+    checked below (test_verified_equals_plain_for_every_adapter_and_schedule, test_acceptance_...)."""
     with _view(fixture_model, view):
         ours = _engine(fixture_model, max_batch=8).run(_rows(fixture_model, call_end=call_end))
         theirs = _generate(fixture_model, call_end)
@@ -127,9 +131,19 @@ SCHEDULES = [  # (engine config, the drafts it is tried with)
 ]
 
 
+ONE_AT_A_TIME = slice(None, None, 6)
+"""Rows of the one-row-at-a-time schedule: 12 of the 72 (both demo counts, requests and conversations) — with one
+row per pass no row meets another, so more rows repeat the same passes."""
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("view", ["faithful", "hallucinating", "broken"])
 def test_verified_equals_plain_for_every_adapter_and_schedule(fixture_model: dict, base_tokens: list, view: str) -> None:
-    """Verifying the base's tokens (right, cut, or wrong drafts) never changes an adapter's output."""
+    """Verifying the base's tokens (right, cut, or wrong drafts) never changes an adapter's output.
+
+    Slow tier (about 20 s a view on one core): the not-slow tier checks verification against plain decoding on
+    wrong drafts in test_drafts_rejected_early_stop_drafting_and_rows_decode_as_plain and acceptance per adapter in
+    test_acceptance_follows_how_close_the_adapter_is."""
     rng = random.Random(0)
     with _view(fixture_model, view):
         plain = [r.tokens for r in _engine(fixture_model, max_batch=1).run(_rows(fixture_model))]
@@ -140,9 +154,10 @@ def test_verified_equals_plain_for_every_adapter_and_schedule(fixture_model: dic
             "own": plain,  # the adapter's own answer: every row is answered by verification alone
         }
         for config, kinds in SCHEDULES:
+            rows = slice(None) if config["max_batch"] > 1 else ONE_AT_A_TIME
             for kind in kinds:
-                out = _engine(fixture_model, **config).run(_rows(fixture_model, drafts[kind]))
-                differ = [i for i, (r, p) in enumerate(zip(out, plain)) if r.tokens != p]
+                out = _engine(fixture_model, **config).run(_rows(fixture_model, drafts[kind])[rows])
+                differ = [i for i, (r, p) in enumerate(zip(out, plain[rows])) if r.tokens != p]
                 assert not differ, f"{view} {kind} {config}: cases {differ[:5]} differ"
                 if kind == "own":
                     assert all(r.decoded == 0 and r.accepted == len(r.tokens) for r in out)
@@ -164,12 +179,18 @@ def _same_or_near_tie(a: Any, b: Any, what: str) -> int:
     return differ
 
 
-@pytest.mark.parametrize("view", [None, "faithful", "hallucinating", "broken", "prose_after_results"])
+@pytest.mark.slow
+@pytest.mark.parametrize("view", [None, "hallucinating", "prose_after_results"])
 def test_shared_prefixes_give_the_tokens_of_whole_prompts(fixture_model: dict, base_tokens: list,
                                                           view: str | None) -> None:
     """Prompt prefixes that rows share computed once per view (the default) against every prompt computed
     whole: the same tokens for every row, decoded and verified, unless at a near tie (none on the fixture);
-    fewer prompt tokens computed."""
+    fewer prompt tokens computed.
+
+    The base, an adapter that leaves the base's call (decoded past the first token under its own LoRA on the
+    shared prefix) and the one adapter no other engine test decodes (prose after results). Sharing is the default,
+    so every other engine test here (faithful and broken included) runs on shared prefixes against ``generate``
+    or the one-row-at-a-time plain path; this test adds the prompts computed whole and the counts."""
     with _view(fixture_model, view):
         whole_engine = _engine(fixture_model, max_batch=8, share_prefixes=False, record_gaps=True)
         whole = whole_engine.run(_rows(fixture_model))
@@ -332,6 +353,7 @@ def _generation_record(results: dict, task: str = "tool_use_fidelity_fixture") -
     return results["configs"][task]["metadata"]["toolfid"]["generation"]
 
 
+@pytest.mark.slow
 def test_toolfid_run_verified_views_equal_unverified_ones(toolfid_home: Path, tmp_path: Path) -> None:
     """The same adapter views with and without verification: identical generations and records;
     the provenance says which views were verified and how their tokens were obtained. Faithful adapters are
@@ -379,28 +401,27 @@ def test_toolfid_run_verified_views_equal_unverified_ones(toolfid_home: Path, tm
     assert base_rec["rows_verified"] == 0 and base_rec["tokens_decoded"] + n == base_rec["tokens"]
 
 
-def test_two_run_lm_eval_flow_verifies_from_the_stored_reference(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_two_run_lm_eval_flow_verifies_from_the_stored_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture) -> None:
     """``toolfid lm-eval --model hf``: the adapter run finds the base reference at build time and
-    verifies its text; generations equal the same run with verify false."""
-    import os
-    import subprocess
-    import sys
-
+    verifies its text; generations equal the same run with verify false. Through the CLI's entry point in
+    process (the flow, not the process, is what is tested here; tests/test_lm_eval_cli.py and
+    tests/test_stop_flows.py run ``lm_eval`` itself as a subprocess)."""
     from lm_eval_toolfid.cases.bundled import fixture_paths
+    from lm_eval_toolfid.cli import main
 
     paths = fixture_paths()
-    home = tmp_path / "home"
-    env = dict(os.environ, TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    toolfid = str(Path(sys.executable).parent / "toolfid")
+    monkeypatch.setenv("TOOLFID_HOME", str(tmp_path / "home"))
 
     def run(model_args: str, out: str, meta: dict | None = None) -> tuple[dict, dict[str, str]]:
-        cmd = [toolfid, "lm-eval", "--tasks", "tool_use_fidelity_fixture", "--model", "hf", "--model_args",
+        cmd = ["lm-eval", "--tasks", "tool_use_fidelity_fixture", "--model", "hf", "--model_args",
                model_args, "--output_path", str(tmp_path / out), "--log_samples", "--batch_size", "16",
                "--device", "cpu", "--limit", "24"]
         if meta:
             cmd += ["--metadata", json.dumps(meta)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        code = main(cmd)
+        assert code == 0, capsys.readouterr().err[-3000:]
         results = json.loads(sorted((tmp_path / out).rglob("results_*.json"))[-1].read_text())
         samples = [json.loads(line) for line in
                    sorted((tmp_path / out).rglob("samples_*.jsonl"))[-1].read_text().splitlines() if line]

@@ -102,7 +102,9 @@ def _run(qw: dict[str, Any], view: str | None, drafts: list[list[int]] | None = 
         model.set_adapter(view)
     with model.disable_adapter() if view is None else contextlib.nullcontext():
         engine = GreedyEngine(model, qw["tok"].pad_token_id, EngineConfig(max_batch=N_CASES, record_gaps=True))
-        return engine.run(_rows(qw, drafts))
+        rows = engine.run(_rows(qw, drafts))
+    qw["stats"] = engine.stats  # of the latest run
+    return rows
 
 
 def _near_tie_differences(a: list[Any], b: list[list[int]], gaps_b: list[list[float]] | None) -> list[str]:
@@ -124,10 +126,15 @@ def _near_tie_differences(a: list[Any], b: list[list[int]], gaps_b: list[list[fl
 
 @pytest.fixture(scope="module")
 def base_rows(qwen: dict[str, Any]) -> list[Any]:
-    return _run(qwen, None)
+    rows = _run(qwen, None)
+    qwen["base_stats"] = qwen["stats"]
+    return rows
 
 
 def test_plain_engine_equals_generate_on_qwen(qwen: dict[str, Any], base_rows: list[Any]) -> None:
+    """The engine computes the prompts' shared prefix (the chat template's system text) once; ``generate``
+    computes every prompt whole: token for token the same (issue 30 on Qwen's chat template, which
+    tests/test_stop_real.py checks on SmolLM2's plain-v3 prompts)."""
     import torch
     from transformers import StoppingCriteriaList
 
@@ -143,6 +150,8 @@ def test_plain_engine_equals_generate_on_qwen(qwen: dict[str, Any], base_rows: l
     generated = out[:, enc.input_ids.shape[1]:].tolist()
     assert all(r.tokens for r in base_rows)
     assert len(_near_tie_differences(base_rows, generated, None)) <= 1
+    stats = qwen["base_stats"]  # the engine did share a prefix, and computed fewer prompt tokens than generate
+    assert stats.shared_tokens > 0 and stats.prompt_tokens < stats.prompt_tokens_total
 
 
 @pytest.mark.parametrize("view", ["zero", "trained", "broken"])

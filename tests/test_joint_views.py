@@ -157,7 +157,11 @@ def test_a_joint_run_interrupted_and_resumed_gives_the_uninterrupted_answers(
     assert _generation(out, "broken")["views_together"] == ["hallucinating", "broken", "prose_after_results"]
 
 
-SMOL_LIMIT = 8
+SMOL_LIMIT = 6
+"""The first 6 default cases: the prose LoRA is trained on the first 4 (it answers them in prose: its rows diverge
+from the base's at once), the other 2 it was not trained on. A B = 0 row run under the prose LoRA, or a prose row
+under no LoRA, changes the answers of the first 4; each case costs a long plain-v3 prompt pass per view and run
+(prefill dominates: 8 cases took 142 s on one core)."""
 
 
 def test_smollm2_zero_and_trained_lora_together_equal_each_alone(smollm2: Path, tmp_path: Path,
@@ -168,7 +172,6 @@ def test_smollm2_zero_and_trained_lora_together_equal_each_alone(smollm2: Path, 
     from lm_eval_toolfid.cases.load import load_cases
     from lm_eval_toolfid.prompts.prompter import Prompter
 
-    monkeypatch.setenv("TOOLFID_HOME", str(tmp_path / "home"))
     rows = [json.loads(x) for x in default_cases_path().read_text(encoding="utf-8").splitlines() if x.strip()]
     cases_file = tmp_path / "cases.jsonl"  # a short budget: the prose adapter writes on to it
     cases_file.write_text("".join(json.dumps({**row, "max_new_tokens": 48}) + "\n" for row in rows[:SMOL_LIMIT]))
@@ -177,6 +180,9 @@ def test_smollm2_zero_and_trained_lora_together_equal_each_alone(smollm2: Path, 
                         template="plain-v3", cases=load_cases(str(default_cases_path())))
     trained = trained_lora(smollm2, Recipe(contexts=tuple(prompter.render(c) for c in cases[:4]), target=PROSE,
                                            steps=8))
+    # trained above under the machine's test home (cached by recipe: trained once per machine); the runs below
+    # in a home of their own
+    monkeypatch.setenv("TOOLFID_HOME", str(tmp_path / "home"))
     zero = zero_lora(smollm2, tmp_path / "zero")
     common: list[Any] = ["run", "--base", smollm2, "--adapter", f"zero={zero}", "--adapter", f"prose={trained}",
                          "--device", "cpu", "--dtype", "float32", "--cases", cases_file, "--no-breakdown"]

@@ -1,41 +1,76 @@
 """Three flows, one answer: plain ``lm_eval --model hf`` (lm-eval's HFLM generates on to ``\\n###``),
 ``toolfid lm-eval --model hf`` (toolfid's engine stops each row once its scored answer is settled) and
-``toolfid run`` (the engine, one process) score every case alike — through the real CLIs, on
-SmolLM2-135M-Instruct in its default style (``auto`` -> plain-v3: the prompt ends with the primer
-``{"name": "``, so the outer brace of every call is in the prompt), on the first 16 default cases.
+``toolfid run`` (the engine, one process) score every case alike — on SmolLM2-135M-Instruct in its default style
+(``auto`` -> plain-v3: the prompt ends with the primer ``{"name": "``, so the outer brace of every call is in the
+prompt), on the cases of :data:`CASES`.
 
-Before issue 28, 3 of these 16 cases differed (the engine cut ``…"ZA"}}`` one brace short of the call). Also:
-``toolfid run --check-stops`` decodes every case on past its early stop and finds nothing; and a base
-reference written by plain ``lm_eval`` pairs with an adapter run of the engine (a B = 0 LoRA: every output
-the same, PASS), since the two flows are guaranteed to score alike. Qwen's default style (chat) runs the same
-three flows in tests/test_qwen_coder.py.
+Before issue 28, 3 of the first 16 default cases differed (the engine cut ``…"ZA"}}`` one brace short of the
+call): ``calendar-0004``, ``shop-0006`` and ``bank-0010`` are kept, with a flat call (``shipping-0008``) and a
+conversation (``mt-calendar-0008``); the other 11 of those 16 scored alike before and after the fix, so they proved
+nothing a stop rule could break. Plain ``lm_eval`` runs as a user runs it (a subprocess: its own CLI is what is
+compared); ``toolfid lm-eval`` and ``toolfid run`` go through toolfid's CLI entry point in process (the same
+argument handling and lm-eval ``cli_evaluate``, without paying lm-eval's imports and task indexing per process).
+Also: ``toolfid run --check-stops`` decodes every case on past its early stop and finds nothing; and a base
+reference written by plain ``lm_eval`` pairs with an adapter run of the engine (a B = 0 LoRA: every output the
+same, PASS), since the two flows are guaranteed to score alike. Qwen's default style (chat) runs the same three
+flows in tests/test_qwen_coder.py.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
-import subprocess
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 
-from .lm_eval_helpers import BIN, lm_eval_cli, read_run, toolfid_meta
+from lm_eval_toolfid.cli import main
+
+from .lm_eval_helpers import lm_eval_cli, read_run, toolfid_meta
 from .lora_recipes import zero_lora
 
 pytestmark = pytest.mark.slow
 TASK = "tool_use_fidelity"
-N = 16
+CASES = ("calendar-0004", "shop-0006", "bank-0010", "shipping-0008", "mt-calendar-0008")
+N = len(CASES)
 COMMON = ["--limit", str(N), "--batch_size", str(N)]
 
 
-def _env(home: Path) -> dict[str, str]:
-    return dict(os.environ, TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                OMP_NUM_THREADS="1")
+class Run:
+    """What a toolfid command run in process left: its exit code and its stderr."""
+
+    def __init__(self, returncode: int, stderr: str) -> None:
+        self.returncode, self.stderr = returncode, stderr
 
 
-def _toolfid(args: list[str], home: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "toolfid"), *args], capture_output=True, text=True, env=_env(home), timeout=1800)
+def _toolfid(args: list[str], home: Path) -> Run:
+    """``toolfid ARGS`` through the CLI's entry point, in this process, with ``TOOLFID_HOME=home``."""
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, redirect_stdout(io.StringIO()), redirect_stderr(err):
+        mp.setenv("TOOLFID_HOME", str(home))
+        code = main([str(a) for a in args])
+    return Run(code, err.getvalue())
+
+
+def _cases_file(path: Path) -> Path:
+    """The default set with :data:`CASES` moved to the front (``--limit N`` scores just them): every case keeps
+    the prompt it has in the default set — plain-v3 takes each tool's example call from the other cases of the
+    file, so the whole set stays in it (checked here, example by example)."""
+    from lm_eval_toolfid.cases.bundled import default_cases_path
+    from lm_eval_toolfid.cases.load import load_cases
+    from lm_eval_toolfid.prompts.plain import ExampleIndex
+
+    lines = [x for x in default_cases_path().read_text(encoding="utf-8").splitlines() if x.strip()]
+    by_id = {json.loads(x)["id"]: x for x in lines}
+    path.write_text("".join(by_id[c] + "\n" for c in CASES)
+                    + "".join(x + "\n" for x in lines if json.loads(x)["id"] not in CASES), encoding="utf-8")
+    default, moved = load_cases("default"), load_cases(str(path))
+    assert [c.id for c in moved[:N]] == list(CASES) and len(moved) == len(default)
+    for case in moved[:N]:
+        assert ExampleIndex(moved).for_case(case) == ExampleIndex(default).for_case(case), case.id
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -44,25 +79,28 @@ def flows(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("stop-flows")
     zero = zero_lora(smollm2, root / "zero")
     home = root / "home"
+    cases = _cases_file(root / "cases.jsonl")
     out: dict = {"zero": zero}
     # 1. plain lm_eval: HFLM generates to "\n###"; this base run writes the reference
-    proc = lm_eval_cli(f"pretrained={smollm2}", root / "plain", home, task=TASK, extra=COMMON)
+    proc = lm_eval_cli(f"pretrained={smollm2}", root / "plain", home, metadata={"cases": str(cases)}, task=TASK,
+                       extra=COMMON)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out["plain"] = read_run(root / "plain", TASK)
     # 2. toolfid lm-eval: the engine; a base run that leaves that reference alone
     proc = _toolfid(["lm-eval", "--tasks", TASK, "--model", "hf", "--model_args", f"pretrained={smollm2}",
                      "--output_path", str(root / "engine"), "--log_samples", "--device", "cpu", *COMMON,
-                     "--metadata", json.dumps({"write_reference": False})], home)
+                     "--metadata", json.dumps({"write_reference": False, "cases": str(cases)})], home)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out["engine"] = read_run(root / "engine", TASK)
     # 3. an engine adapter run pairs with the plain lm_eval base's reference (and verifies its answers)
     proc = _toolfid(["lm-eval", "--tasks", TASK, "--model", "hf", "--model_args", f"pretrained={smollm2},peft={zero}",
-                     "--output_path", str(root / "engine-zero"), "--log_samples", "--device", "cpu", *COMMON], home)
+                     "--output_path", str(root / "engine-zero"), "--log_samples", "--device", "cpu", *COMMON,
+                     "--metadata", json.dumps({"cases": str(cases)})], home)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out["engine-zero"] = (*read_run(root / "engine-zero", TASK), proc.stderr)
     # 4. toolfid run: base and adapter views in one process, every case decoded on past its stop as well
-    run = _toolfid(["run", "--base", str(smollm2), "--adapter", f"zero={zero}", "--limit", str(N),
-                    "--check-stops", str(N), "--output", str(root / "run"), "--batch-size", str(N)],
+    run = _toolfid(["run", "--base", str(smollm2), "--adapter", f"zero={zero}", "--cases", str(cases),
+                    "--limit", str(N), "--check-stops", str(N), "--output", str(root / "run"), "--batch-size", str(N)],
                    root / "home-run")
     out["run"], out["run_dir"] = run, root / "run"
     return out
@@ -88,7 +126,7 @@ def test_the_three_flows_score_every_case_alike(flows: dict) -> None:
     for line in (run_dir / "base" / "samples.jsonl").read_text().splitlines():
         s = json.loads(line)
         run[s["doc"]["id"]] = s["cases_scored"]
-    assert len(plain) == len(engine) == len(run) == N
+    assert sorted(plain) == sorted(engine) == sorted(run) == sorted(CASES)
     assert toolfid_meta(flows["plain"][0], TASK)["prompt_style"] == "plain"
     assert toolfid_meta(flows["plain"][0], TASK)["prompt_template"] == "plain-v3"
     for cid in plain:
@@ -102,8 +140,8 @@ def test_the_three_flows_score_every_case_alike(flows: dict) -> None:
 def test_check_stops_finds_nothing_on_smollm2(flows: dict) -> None:
     run = flows["run"]
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "base: 16 cases decoded on past the early stop; every scored answer is the same" in run.stderr
-    assert "zero: 16 cases decoded on past the early stop; every scored answer is the same" in run.stderr
+    assert f"base: {N} cases decoded on past the early stop; every scored answer is the same" in run.stderr
+    assert f"zero: {N} cases decoded on past the early stop; every scored answer is the same" in run.stderr
 
 
 def test_a_plain_lm_eval_reference_pairs_with_an_engine_adapter_run(flows: dict) -> None:

@@ -3,16 +3,23 @@
 *full* is the generation run on to where lm-eval's own generation ends (EOS, ``until``, the budget): what
 plain ``lm_eval --model hf`` scores; *stopped* is the row up to where the engine's stop rule ended it (the
 prompt's primer in front, the end of the call for single-call cases); both come from one engine run whose
-rows run on past their stop (tests/stop_property.py). Spread over the default set, conversations included:
+rows run on past their stop (tests/stop_property.py). Every row decodes on to lm-eval's own end (up to 192
+tokens) and the prompts' prefill dominates (about 8 s a SmolLM2 case, 15 s a Qwen case on one core), so the
+cases are chosen for what bites, not spread:
 
-- SmolLM2-135M-Instruct, plain-v3 (its default: the template ignores ``tools``, so ``auto`` gives the primed
-  plain prompt): 32 cases (24 single requests, 8 conversations). Before issue 28's fix, some of these would
-  have scored otherwise (the rule stopped ``…"ZA"}}`` at the close of the arguments: 14 of 64 in the bench);
-- SmolLM2 in plain-v1, plain-v2, chat and raw (no primer: the rule is the generation's own) on 8 cases each
-  (6 + 2), and Qwen2.5-Coder-0.5B-Instruct in chat (its default) and plain-v3 on 8 each (6 + 2) — the
-  suite's budget (these runs decode every row on to lm-eval's own end: the prompts' prefill dominates).
-  ``bench/bench_stop_check.py`` runs every style at 64 cases and prints the same counts (docs/performance.md
-  has the measured table: 0 differ in every style).
+- :data:`NESTED`: ``calendar-0004``, ``shop-0006``, ``bank-0010`` — the three cases of the first 16 where a rule
+  fed the generation alone cuts SmolLM2's plain-v3 call short (issue 28: ``…"ZA"}}`` closed the arguments, not the
+  call; an inner ``},`` mid-call; one ``}`` early; test_smollm2_primed_answers_… finds exactly these three).
+  Arguments ending in nested objects are where a rule that counts braces wrong, or stops a token early, changes
+  the scored answer. Each style's test asserts that the rule did stop some of its rows early (else it proves
+  nothing).
+- ``mt-calendar-0008``: a 6-turn conversation answered by one call (the history in the prompt).
+
+SmolLM2-135M-Instruct in plain-v3 (its default: the template ignores ``tools``, so ``auto`` gives the primed
+plain prompt) on all four; SmolLM2 in plain-v1, plain-v2, chat and raw (no primer: the rule is the generation's
+own) on :data:`OTHERS` (bank-0010 and the conversation: where it stops early unprimed); Qwen2.5-Coder-0.5B-Instruct
+in chat (its default) on :data:`QWEN_CHAT` and plain-v3 on :data:`QWEN_V3`. ``bench/bench_stop_check.py`` runs every style at 64 spread cases
+and prints the same counts (docs/performance.md has the measured table: 0 differ in every style).
 
 That the engine's tokens equal ``generate``'s is tested token for token (tests/test_engine.py,
 tests/test_engine_qwen.py); the flows through the real CLIs in tests/test_stop_flows.py.
@@ -25,31 +32,45 @@ from typing import Any
 
 import pytest
 
-from .stop_property import (QWEN_STYLES, SMOLLM2_STYLES, assert_property, load, run_style, same_tokens,
-                            spread_cases, summary)
+from .stop_property import (QWEN_STYLES, SMOLLM2_STYLES, assert_property, cases_by_id, load, run_style,
+                            same_tokens, summary)
 
 pytestmark = pytest.mark.slow
-SIZES = {"plain-v3": (24, 8)}
-"""Cases per SmolLM2 style (single requests, conversations); the other styles :data:`OTHERS`."""
-OTHERS = (6, 2)
-QWEN_SIZE = (6, 2)
+NESTED = ("calendar-0004", "shop-0006", "bank-0010")
+"""Primed calls whose arguments end in nested objects: a generation-only rule cut them (issue 28)."""
+SMOL_V3 = (*NESTED, "mt-calendar-0008")
+OTHERS = ("bank-0010", "mt-calendar-0008")
+"""SmolLM2's other styles (no primer): the two rows its stop rule does stop early there. Unprimed, SmolLM2 rambles
+past calendar-0004's and shop-0006's calls to the 192-token budget in plain-v1, plain-v2, chat and raw (measured:
+neither stopped early, 0 of 384 tokens saved), which proves nothing about the rule."""
+QWEN_V3 = ("calendar-0004", "shop-0006")
+"""Qwen's plain-v3: the two deepest nested calls (``…}}}`` and ``…]…}}}``); shop-0006 stops early."""
+QWEN_CHAT = ("calendar-0004", "shop-0006", "mt-calendar-0008")
+WHOLE = ("shop-0006", "mt-calendar-0008")
+"""Computed whole against shared prefixes (SmolLM2, plain-v3): a single request and a conversation, whose prompts
+share the instruction and demo with the other rows of the plain-v3 run. Qwen's chat prompts computed whole are
+``generate``'s in tests/test_engine_qwen.py::test_plain_engine_equals_generate_on_qwen (token for token against the
+engine on shared prefixes, whose counts it checks too)."""
+SIZES = {"plain-v3": len(SMOL_V3)}
 
 
 @pytest.fixture(scope="module")
 def smollm2_runs(smollm2: Path) -> dict[str, dict[str, Any]]:
     model, tok = load(smollm2)
-    runs = {name: run_style(model, tok, smollm2, style, template, spread_cases(*SIZES.get(name, OTHERS)))
+    runs = {name: run_style(model, tok, smollm2, style, template,
+                            cases_by_id(SMOL_V3 if name == "plain-v3" else OTHERS))
             for name, (style, template) in SMOLLM2_STYLES.items()}
-    # issue 30: the same prompts computed whole (no shared prefixes), 8 of plain-v3's cases
-    runs["plain-v3 whole"] = run_style(model, tok, smollm2, *SMOLLM2_STYLES["plain-v3"],
-                                       spread_cases(*SIZES["plain-v3"])[::4], share_prefixes=False)
+    # issue 30: the same prompts computed whole (no shared prefixes)
+    runs["plain-v3 whole"] = run_style(model, tok, smollm2, *SMOLLM2_STYLES["plain-v3"], cases_by_id(WHOLE),
+                                       share_prefixes=False)
     return runs
 
 
 @pytest.mark.parametrize("style", list(SMOLLM2_STYLES))
 def test_smollm2_early_stop_never_changes_a_scored_answer(smollm2_runs: dict, style: str) -> None:
     assert_property(smollm2_runs[style], f"SmolLM2 {style}")
-    assert summary(smollm2_runs[style])["cases"] == sum(SIZES.get(style, OTHERS))
+    assert summary(smollm2_runs[style])["cases"] == SIZES.get(style, len(OTHERS))
+    assert summary(smollm2_runs[style])["stopped_early"]  # the rule did stop rows early here: the property bites
 
 
 def test_smollm2_primed_answers_are_where_a_generation_only_rule_fails(smollm2_runs: dict) -> None:
@@ -66,29 +87,25 @@ def test_smollm2_primed_answers_are_where_a_generation_only_rule_fails(smollm2_r
 @pytest.fixture(scope="module")
 def qwen_runs(qwen_coder: Path) -> dict[str, dict[str, Any]]:
     model, tok = load(qwen_coder)
-    cases = spread_cases(*QWEN_SIZE)
-    runs = {name: run_style(model, tok, qwen_coder, style, template, cases)
+    return {name: run_style(model, tok, qwen_coder, style, template,
+                            cases_by_id(QWEN_CHAT if name == "chat" else QWEN_V3))
             for name, (style, template) in QWEN_STYLES.items()}
-    runs["chat whole"] = run_style(model, tok, qwen_coder, *QWEN_STYLES["chat"], cases, share_prefixes=False)
-    return runs
 
 
 @pytest.mark.parametrize("style", list(QWEN_STYLES))
 def test_qwen_early_stop_never_changes_a_scored_answer(qwen_runs: dict, style: str) -> None:
     assert_property(qwen_runs[style], f"Qwen2.5-Coder {style}")
+    assert summary(qwen_runs[style])["cases"] == len(QWEN_CHAT if style == "chat" else QWEN_V3)
+    assert summary(qwen_runs[style])["stopped_early"]  # the rule did stop rows early here: the property bites
 
 
-@pytest.mark.parametrize("model,shared,whole", [("smollm2", "plain-v3", "plain-v3 whole"), ("qwen", "chat", "chat whole")])
-def test_shared_prefixes_give_the_tokens_of_whole_prompts(request: pytest.FixtureRequest, model: str, shared: str,
-                                                          whole: str) -> None:
+def test_shared_prefixes_give_the_tokens_of_whole_prompts(smollm2_runs: dict) -> None:
     """Issue 30: prompt prefixes that cases share, computed once per view, against every prompt computed whole:
     token for token the same generations (a difference only at a counted near tie), fewer prompt tokens
-    computed. SmolLM2 under its primed plain-v3 prompt (8 cases), Qwen under its chat template (8); conversations
-    included."""
-    runs = request.getfixturevalue(f"{model}_runs")
-    compared, differ = same_tokens(runs[shared], runs[whole])
-    print(f"{model} {shared}: {compared} cases, {differ} differ at a near tie")
-    assert compared == {"smollm2": sum(SIZES["plain-v3"]) // 4, "qwen": sum(QWEN_SIZE)}[model]
-    stats, whole_stats = runs[shared]["stats"], runs[whole]["stats"]
+    computed. SmolLM2 under its primed plain-v3 prompt (:data:`WHOLE`: a request and a conversation)."""
+    compared, differ = same_tokens(smollm2_runs["plain-v3"], smollm2_runs["plain-v3 whole"])
+    print(f"smollm2 plain-v3: {compared} cases, {differ} differ at a near tie")
+    assert compared == len(WHOLE)
+    stats, whole_stats = smollm2_runs["plain-v3"]["stats"], smollm2_runs["plain-v3 whole"]["stats"]
     assert whole_stats.shared_tokens == 0 and stats.shared_tokens > 0
     assert stats.prompt_tokens < stats.prompt_tokens_total
