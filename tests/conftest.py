@@ -39,6 +39,28 @@ def _lm_eval_task_index_once():
     patch.undo()
 
 
+@pytest.fixture(autouse=True)
+def _no_log_handler_outlives_its_test():
+    """lm-eval's CLI, run in process, adds a stream handler bound to the sys.stderr of that moment (a test's
+    captured stream, closed when the test ends): handlers a test added are removed after it, so a later test's
+    in-process run never writes a "Logging error" traceback into the stderr it checks."""
+    import logging
+
+    def handlers() -> dict:
+        loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
+                                           if isinstance(lg, logging.Logger)]
+        return {lg: list(lg.handlers) for lg in loggers}
+
+    before = handlers()
+    yield
+    for logger, now in handlers().items():
+        for handler in now:
+            if handler not in before.get(logger, []) and isinstance(handler, logging.StreamHandler) \
+                    and not isinstance(handler, logging.FileHandler) \
+                    and not type(handler).__module__.startswith("_pytest"):
+                logger.removeHandler(handler)
+
+
 def pytest_collection_modifyitems(config, items):
     """Longest modules first (longest-processing-time scheduling for ``--dist loadfile``); within a module the
     order is the file's. A module missing from the table (new) counts as costly, so it is never last."""

