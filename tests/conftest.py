@@ -153,9 +153,10 @@ def qwen_coder() -> Path:
         pytest.fail(f"Qwen2.5-Coder-0.5B-Instruct cannot be prepared: {exc}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_server(smollm2: Path, tmp_path_factory: pytest.TempPathFactory):
-    """ONE real vLLM OpenAI-compatible server for the session (from ``.venv-vllm``, scripts/setup_vllm.sh):
+    """ONE real vLLM OpenAI-compatible server (from ``.venv-vllm``, scripts/setup_vllm.sh) for the module that uses it
+    (started once; stopped when that module ends, not held idle with its 4 GiB to the end of the session):
     SmolLM2 float32 with ``--lora-modules noop=<B = 0 LoRA> prose=<a trained LoRA>``; stopped at the end."""
     from .lora_recipes import zero_lora
     from .vllm_helpers import VllmServer, prose_lora

@@ -108,3 +108,82 @@ def lm_eval_in_process(model_args: str, out: Path, home: Path, metadata: dict | 
         with redirect_stderr(err):
             code = main(argv)
     return code, err.getvalue()
+
+
+def lm_eval_here(model_args: str, out: Path, home: Path, metadata: dict | None = None,
+                 task: str = FIXTURE_TASK, extra: list[str] | None = None,
+                 env: dict | None = None) -> subprocess.CompletedProcess:
+    """The run :func:`lm_eval_cli` makes, with the same arguments, through lm-eval's own console entry point
+    (``lm_eval.__main__.cli_evaluate``: its argument parser, its evaluator, plain ``--model hf``) in this process:
+    no new interpreter's imports (10-20 s a run), lm-eval's task folder indexed once per process. Returns what the
+    subprocess would: the exit code (a ``SystemExit`` message is printed to stderr and exits 1, as Python does),
+    stdout and stderr (lm-eval's log lines included). An exception that would end the subprocess with a traceback
+    comes back as that traceback on stderr, exit 1, so a test that checks for "Traceback" still sees it.
+
+    For the tests about what the task does inside lm-eval (pairing, references, warnings); the console script as
+    a user runs it stays a subprocess (:func:`lm_eval_cli`) in the flows that test it."""
+    import io
+    import logging
+    import traceback
+    from contextlib import redirect_stderr, redirect_stdout
+
+    import lm_eval.utils
+    from lm_eval.__main__ import cli_evaluate
+
+    from lm_eval_toolfid.cases.bundled import tasks_path
+
+    argv = ["lm_eval", "--tasks", task, "--include_path", str(tasks_path()), "--model", "hf",
+            "--model_args", model_args, "--output_path", str(out), "--log_samples", "--batch_size", "16",
+            "--device", "cpu"]
+    if metadata:
+        argv += ["--metadata", json.dumps(metadata)]
+    argv += extra or []
+    stdout, stderr = io.StringIO(), io.StringIO()
+    logger = logging.getLogger("lm_eval")
+    handlers, propagate = list(logger.handlers), logger.propagate
+    with pytest.MonkeyPatch.context() as mp, redirect_stdout(stdout), redirect_stderr(stderr):
+        for key, value in dict(TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                               **(env or {})).items():
+            mp.setenv(key, value)
+        mp.setattr(sys, "argv", argv)
+        mp.setattr(lm_eval.utils, "_LOGGING_CONFIGURED", False)  # its log handler writes to this run's stderr
+        for handler in handlers:
+            logger.removeHandler(handler)
+        try:
+            cli_evaluate()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if exc.code is not None and not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
+        except Exception:  # noqa: BLE001 - the subprocess would die with this traceback
+            traceback.print_exc()
+            code = 1
+        finally:
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            for handler in handlers:
+                logger.addHandler(handler)
+            logger.propagate = propagate
+    return subprocess.CompletedProcess(argv, code, stdout.getvalue(), stderr.getvalue())
+
+
+def toolfid_here(args: list, home: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``toolfid ARGS`` through the CLI's entry point (:func:`lm_eval_toolfid.cli.main`) in this process, with
+    ``TOOLFID_HOME=home``: the exit code, stdout and stderr the console script would give, without a new
+    interpreter's imports. For tests of what a command computes and prints; the console scripts themselves are
+    run as subprocesses in tests/test_wheel.py, tests/test_cli_help.py and the served tests."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from lm_eval_toolfid.cli import main
+
+    argv = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, redirect_stdout(out), redirect_stderr(err):
+        for key, value in dict(TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                               **(env or {})).items():
+            mp.setenv(key, value)
+        mp.setattr(sys, "argv", ["toolfid", *argv])  # toolfid lm-eval sets sys.argv for lm-eval's parser
+        code = main(argv)
+    return subprocess.CompletedProcess(["toolfid", *argv], code, out.getvalue(), err.getvalue())

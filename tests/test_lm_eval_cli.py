@@ -16,7 +16,7 @@ import pytest
 from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.core.records import PairScore
 
-from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, metrics, read_run, toolfid_meta
+from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, lm_eval_here, metrics, read_run, toolfid_meta
 
 pytestmark = pytest.mark.slow
 FIX = fixture_paths()
@@ -30,13 +30,16 @@ WHEN_DEFINED = {"hallucination_rate", "name_hallucination_rate", "arg_disagreeme
 
 @pytest.fixture(scope="module")
 def two_run_flow(tmp_path_factory):
-    """Base run, then each adapter run, all through the lm_eval CLI, sharing one reference store."""
+    """Base run, then each adapter run, sharing one reference store: the base and the first adapter through the
+    ``lm_eval`` console script in their own processes (the two-run flow as a user runs it: the reference crosses
+    processes), the other adapters through lm-eval's same entry point in this process (what they check is the
+    pairing and the verdict, not the console script)."""
     root = tmp_path_factory.mktemp("cli")
     home = root / "home"
     runs = {}
-    for name, model_args in [("base", f"pretrained={FIX['base']}")] + [
-            (n, f"pretrained={FIX['base']},peft={p}") for n, p in FIX["adapters"].items()]:
-        proc = lm_eval_cli(model_args, root / name, home)
+    for i, (name, model_args) in enumerate([("base", f"pretrained={FIX['base']}")] + [
+            (n, f"pretrained={FIX['base']},peft={p}") for n, p in FIX["adapters"].items()]):
+        proc = (lm_eval_cli if i < 2 else lm_eval_here)(model_args, root / name, home)
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs[name] = (*read_run(root / name), proc.stderr)
     return root, runs
@@ -165,7 +168,7 @@ def test_toolfid_run_matches_the_two_run_flow_case_by_case(two_run_flow, tmp_pat
 def test_base_samples_override_pairs_without_the_store(two_run_flow, tmp_path):
     root, runs = two_run_flow
     base_samples = sorted((root / "base").rglob(f"samples_{FIXTURE_TASK}_*.jsonl"))[-1]
-    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={FIX['adapters']['broken']}", tmp_path / "o",
+    proc = lm_eval_here(f"pretrained={FIX['base']},peft={FIX['adapters']['broken']}", tmp_path / "o",
                        tmp_path / "empty-home", metadata={"base_samples": str(base_samples)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "o")
@@ -174,7 +177,7 @@ def test_base_samples_override_pairs_without_the_store(two_run_flow, tmp_path):
 
 
 def test_no_reference_means_adapter_metrics_and_one_warning(tmp_path):
-    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "o",
+    proc = lm_eval_here(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "o",
                        tmp_path / "empty-home", metadata={"demos": 1})
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "o")
@@ -187,7 +190,7 @@ def test_no_reference_means_adapter_metrics_and_one_warning(tmp_path):
 def test_a_stale_reference_is_never_used(two_run_flow, tmp_path):
     """Same store, but the adapter run asks for other prompt settings: the base reference does not match."""
     root, _ = two_run_flow
-    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "o",
+    proc = lm_eval_here(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "o",
                        root / "home", metadata={"demos": 1})
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "o")
@@ -227,7 +230,9 @@ def test_installed_entry_points(tmp_path):
     assert sys.executable  # the same interpreter runs both
 
 
-# --- pairing cannot be fooled (each through the real lm_eval CLI) ------------------------------
+# --- pairing cannot be fooled (each through lm-eval's own entry point, in this process; --cache_requests and
+# bad input through the console script: lm-eval reads its cache path when it is imported, and the one-line
+# error is what the console prints) ---
 
 def _copy_home(root, tmp_path):
     import shutil
@@ -248,7 +253,7 @@ def test_a_limit_base_run_writes_a_subset_reference_and_never_the_full_one(two_r
     home = _copy_home(root, tmp_path)
     full = _full_reference(home)
     before = full.read_bytes()
-    proc = lm_eval_cli(f"pretrained={FIX['base']}", tmp_path / "o", home, extra=["--limit", "6"])
+    proc = lm_eval_here(f"pretrained={FIX['base']}", tmp_path / "o", home, extra=["--limit", "6"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert full.read_bytes() == before  # the full run's reference is untouched
     subsets = list((home / "references").glob("*.subset-*.json"))
@@ -257,7 +262,7 @@ def test_a_limit_base_run_writes_a_subset_reference_and_never_the_full_one(two_r
     assert toolfid_meta(results)["reference_subset"] is True
     # an adapter run of all 72 cases does not pair with a reference that covers 6 of them
     full.unlink()
-    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "a", home)
+    proc = lm_eval_here(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "a", home)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "a")
     assert "validity_delta" not in metrics(results)
@@ -284,7 +289,7 @@ def test_a_delta_weights_run_is_an_adapter_run(two_run_flow, tmp_path):
     home = _copy_home(root, tmp_path)
     full = _full_reference(home)
     before = full.read_bytes()
-    proc = lm_eval_cli(f"pretrained={FIX['base']},delta={FIX['base']}", tmp_path / "o", home, extra=["--limit", "8"])
+    proc = lm_eval_here(f"pretrained={FIX['base']},delta={FIX['base']}", tmp_path / "o", home, extra=["--limit", "8"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "o")
     meta = toolfid_meta(results)
@@ -296,7 +301,7 @@ def test_a_delta_weights_run_is_an_adapter_run(two_run_flow, tmp_path):
 def test_mismatched_base_samples_are_refused_before_generation(two_run_flow, tmp_path):
     root, _ = two_run_flow
     base_samples = sorted((root / "base").rglob(f"samples_{FIXTURE_TASK}_*.jsonl"))[-1]
-    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "o",
+    proc = lm_eval_here(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "o",
                        tmp_path / "h", metadata={"base_samples": str(base_samples), "demos": 1})
     assert proc.returncode != 0
     assert "cannot be paired: the base run differs in prompt" in proc.stderr and "Traceback" not in proc.stderr
@@ -306,7 +311,7 @@ def test_mismatched_base_samples_are_refused_before_generation(two_run_flow, tmp
 def test_an_unwritable_reference_dir_is_one_warning_and_the_results_are_kept(tmp_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the reference folder should be")
-    proc = lm_eval_cli(f"pretrained={FIX['base']}", tmp_path / "o", tmp_path / "h",
+    proc = lm_eval_here(f"pretrained={FIX['base']}", tmp_path / "o", tmp_path / "h",
                        metadata={"reference_dir": str(blocker / "refs")}, extra=["--limit", "4"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.count("could not write the base reference") == 1 and "Traceback" not in proc.stderr
@@ -324,7 +329,7 @@ def test_an_adapter_that_changes_nothing_passes_with_a_loud_note(two_run_flow, t
     lora = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
     lora.save_pretrained(tmp_path / "b0")
     root, _ = two_run_flow
-    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={tmp_path / 'b0'}", tmp_path / "o", root / "home")
+    proc = lm_eval_here(f"pretrained={FIX['base']},peft={tmp_path / 'b0'}", tmp_path / "o", root / "home")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "o")
     m, verdict = metrics(results), toolfid_meta(results)["verdict"]

@@ -2,8 +2,8 @@
 
 Its chat template renders ``tools=`` and asks for ``<tool_call>`` calls, so ``tool_use_fidelity`` with
 no style given (``auto``) must render that template with each case's tools. Through the real
-``lm_eval`` CLI (base, a B = 0 LoRA, a LoRA trained to answer in prose) and through ``toolfid run``
-(same base and adapters, one process), on three short default cases with ``max_new_tokens`` 48 to
+``lm_eval`` CLI (base as a console-script run, a B = 0 LoRA and a LoRA trained to answer in prose through
+lm-eval's same entry point in process) and through ``toolfid run`` (same base and adapters, one process), on three short default cases with ``max_new_tokens`` 48 to
 stay within CI's budget (1 torch thread). Also the facts the chat path relies on for this tokenizer:
 ``<tool_call>`` survives HF's special-token stripping, both decodings parse to the same calls, and
 generation stops at ``<|im_end|>`` in ``HFLM`` and ``ToolfidHFLM``.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from lm_eval_toolfid.formats import parse_calls
 from lm_eval_toolfid.reporting.breakdown import breakdown, format_text
 from lm_eval_toolfid.reporting.load import read_run as read_toolfid_run
 
-from .lm_eval_helpers import BIN, lm_eval_cli, metrics, read_run, toolfid_meta
+from .lm_eval_helpers import lm_eval_cli, lm_eval_here, metrics, read_run, toolfid_here, toolfid_meta
 from .lora_recipes import Recipe, trained_lora, zero_lora
 
 pytestmark = pytest.mark.slow
@@ -72,9 +71,12 @@ def cli_runs(qwen_coder: Path, adapters: dict, cases_file: Path, tmp_path_factor
     os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the lm_eval subprocesses
     root = tmp_path_factory.mktemp("qwen-cli")
     out = {}
+    # the base through the console script (the flow as a user runs it), the adapters through lm-eval's same entry
+    # point in this process (what they check is pairing and scoring, not the console)
     for name, args in [("base", f"pretrained={qwen_coder}"), *((n, f"pretrained={qwen_coder},peft={p}")
                                                                for n, p in adapters.items())]:
-        proc = lm_eval_cli(args, root / name, root / "home", metadata={"cases": str(cases_file)}, task=TASK)
+        run = lm_eval_cli if name == "base" else lm_eval_here
+        proc = run(args, root / name, root / "home", metadata={"cases": str(cases_file)}, task=TASK)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out[name] = (*read_run(root / name, TASK), proc.stderr)
     return out
@@ -190,12 +192,10 @@ def test_toolfid_run_gives_the_same_verdicts_and_per_case_outcomes(qwen_coder: P
                                                                     cases_file: Path, cli_runs: dict,
                                                                     tmp_path: Path) -> None:
     out = tmp_path / "run"
-    env = dict(os.environ, TOOLFID_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
-               TOKENIZERS_PARALLELISM="false")
-    cmd = [str(BIN / "toolfid"), "run", "--base", str(qwen_coder), "--cases", str(cases_file), "--output", str(out),
+    cmd = ["run", "--base", str(qwen_coder), "--cases", str(cases_file), "--output", str(out),
            "--batch-size", str(len(CASE_IDS)), "--device", "cpu", "--check-stops", str(len(CASE_IDS)),
            *(x for name, path in adapters.items() for x in ("--adapter", f"{name}={path}"))]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
+    proc = toolfid_here(cmd, tmp_path / "home")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "prompt chat (auto)" in proc.stdout and "prompt_style auto -> chat: the chat template of" in proc.stdout
     verdicts = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith(("zero", "prose"))}
@@ -218,13 +218,11 @@ def test_toolfid_lm_eval_scores_like_plain_lm_eval(qwen_coder: Path, cases_file:
     """The third flow on Qwen's default style (auto -> chat): ``toolfid lm-eval --model hf`` (the engine, rows
     stopped once their answer is settled) gives every case the outcome, calls and text of plain ``lm_eval``
     (HFLM, generating to ``<|im_end|>``)."""
-    env = dict(os.environ, TOOLFID_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
-               TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run([str(BIN / "toolfid"), "lm-eval", "--tasks", TASK, "--model", "hf", "--model_args",
-                           f"pretrained={qwen_coder}", "--output_path", str(tmp_path / "engine"), "--log_samples",
-                           "--device", "cpu", "--batch_size", str(len(CASE_IDS)),
-                           "--metadata", json.dumps({"cases": str(cases_file), "check_stops": len(CASE_IDS)})],
-                          capture_output=True, text=True, env=env, timeout=1200)
+    proc = toolfid_here(["lm-eval", "--tasks", TASK, "--model", "hf", "--model_args",
+                         f"pretrained={qwen_coder}", "--output_path", str(tmp_path / "engine"), "--log_samples",
+                         "--device", "cpu", "--batch_size", str(len(CASE_IDS)),
+                         "--metadata", json.dumps({"cases": str(cases_file), "check_stops": len(CASE_IDS)})],
+                        tmp_path / "home")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, samples = read_run(tmp_path / "engine", TASK)
     meta = toolfid_meta(results, TASK)

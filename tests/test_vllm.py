@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .lm_eval_helpers import BIN
+from .lm_eval_helpers import BIN, toolfid_here
 from .vllm_helpers import N, small_cases
 
 pytestmark = pytest.mark.slow
@@ -47,10 +47,10 @@ def test_served_vllm_with_lora_modules_answers_as_the_in_process_engine(vllm_ser
                       tmp_path / "home-served")
     served_s = time.monotonic() - t0
     assert served.returncode in (0, 1, 2), served.stderr[-3000:]
-    t0 = time.monotonic()
-    inproc = _toolfid(["run", "--base", str(smollm2), "--adapter", f"noop={vllm_server.loras['noop']}", "--adapter",
-                       f"prose={vllm_server.loras['prose']}", "--cases", str(cases), "--output",
-                       str(tmp_path / "inproc"), "--json", "--device", "cpu"], tmp_path / "home-inproc")
+    t0 = time.monotonic()  # the project's own engine: toolfid's CLI entry point in this process
+    inproc = toolfid_here(["run", "--base", str(smollm2), "--adapter", f"noop={vllm_server.loras['noop']}",
+                           "--adapter", f"prose={vllm_server.loras['prose']}", "--cases", str(cases), "--output",
+                           str(tmp_path / "inproc"), "--json", "--device", "cpu"], tmp_path / "home-inproc")
     inproc_s = time.monotonic() - t0
     assert inproc.returncode in (0, 1, 2), inproc.stderr[-3000:]
     s, i = json.loads(served.stdout), json.loads(inproc.stdout)
