@@ -20,7 +20,7 @@ from lm_eval_toolfid.scoring.metrics import off_format_rate, summarize, surface_
 
 from .chat_templates import DEFAULT_SYSTEM, HERMES, IGNORES_TOOLS
 from .conftest import make_case
-from .lm_eval_helpers import lm_eval_cli, read_run, toolfid_meta
+from .lm_eval_helpers import lm_eval_cli, lm_eval_here, read_run, toolfid_meta
 from .test_prompt_styles import chat_base
 
 FIX = fixture_paths()
@@ -168,8 +168,8 @@ def test_auto_run_renders_the_template_and_pairs_with_an_explicit_chat_run(tmp_p
     (adapter / "chat_template.jinja").write_text(IGNORES_TOOLS)
     runs = {}
     for style in ("chat", "plain"):
-        proc = lm_eval_cli(f"pretrained={base},peft={adapter}", tmp_path / style, home, task="tool_use_fidelity",
-                           metadata={**meta, "prompt_style": style}, extra=extra)
+        proc = lm_eval_here(f"pretrained={base},peft={adapter}", tmp_path / style, home, task="tool_use_fidelity",
+                            metadata={**meta, "prompt_style": style}, extra=extra)
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs[style] = toolfid_meta(read_run(tmp_path / style, "tool_use_fidelity")[0], "tool_use_fidelity")
     assert runs["chat"]["pairing"].startswith("reference store") and runs["chat"]["prompt"] == prov["prompt"]
@@ -189,8 +189,8 @@ def test_auto_on_a_model_without_a_template_keeps_the_plain_default(tmp_path):
     shutil.copytree(FIX["adapters"]["faithful"], adapter)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(Path(FIX["base"]) / name, adapter / name)
-    proc = lm_eval_cli(f"pretrained={FIX['base']},peft={adapter}", tmp_path / "run", tmp_path / "home",
-                       metadata=meta, task="tool_use_fidelity", extra=["--gen_kwargs", "max_gen_toks=16"])
+    proc = lm_eval_here(f"pretrained={FIX['base']},peft={adapter}", tmp_path / "run", tmp_path / "home",
+                        metadata=meta, task="tool_use_fidelity", extra=["--gen_kwargs", "max_gen_toks=16"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "run", "tool_use_fidelity")
     prov = toolfid_meta(results, "tool_use_fidelity")

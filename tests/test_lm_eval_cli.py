@@ -16,7 +16,8 @@ import pytest
 from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.core.records import PairScore
 
-from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, lm_eval_here, metrics, read_run, toolfid_meta
+from .lm_eval_helpers import (BIN, FIXTURE_TASK, lm_eval_cli, lm_eval_here, metrics, read_run, toolfid_here,
+                              toolfid_meta)
 
 pytestmark = pytest.mark.slow
 FIX = fixture_paths()
@@ -135,9 +136,7 @@ def test_an_adapter_with_no_valid_call_has_no_hallucination_delta(two_run_flow, 
 def test_toolfid_run_matches_the_two_run_flow_case_by_case(two_run_flow, tmp_path):
     _, runs = two_run_flow
     out = tmp_path / "demo"
-    env = dict(os.environ, TOOLFID_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1")
-    proc = subprocess.run([str(BIN / "toolfid"), "demo", "--output", str(out)], capture_output=True, text=True,
-                          env=env, timeout=600)
+    proc = toolfid_here(["demo", "--output", out], tmp_path / "home")  # toolfid's entry point, in this process
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = proc.stdout
     assert "faithful" in table and "PASS" in table and "FAIL" in table

@@ -20,7 +20,7 @@ from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 
 from .chat_templates import HERMES, IGNORES_TOOLS, NO_SYSTEM
 from .conftest import make_case
-from .lm_eval_helpers import lm_eval_cli, read_run, toolfid_meta
+from .lm_eval_helpers import lm_eval_cli, lm_eval_here, read_run, toolfid_meta
 
 FIX = fixture_paths()
 
@@ -152,8 +152,8 @@ def test_chat_run_shows_the_tools_and_pairs_base_and_adapter(tmp_path):
 
     # the adapter run also asks lm-eval to apply the chat template: the task's rendering wins (one
     # warning), the prompt is not wrapped twice, and the run pairs with the base reference
-    proc = lm_eval_cli(f"pretrained={base},peft={FIX['adapters']['faithful']}", tmp_path / "ft-run", home,
-                       metadata=meta, extra=["--apply_chat_template"])
+    proc = lm_eval_here(f"pretrained={base},peft={FIX['adapters']['faithful']}", tmp_path / "ft-run", home,
+                        metadata=meta, extra=["--apply_chat_template"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.count("--apply_chat_template is ignored for this task") == 1
     results, samples = read_run(tmp_path / "ft-run")

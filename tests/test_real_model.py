@@ -17,7 +17,7 @@ import pytest
 
 from lm_eval_toolfid.core.records import PairScore
 
-from .lm_eval_helpers import lm_eval_cli, metrics, read_run, toolfid_meta
+from .lm_eval_helpers import lm_eval_cli, lm_eval_here, metrics, read_run, toolfid_meta
 
 pytestmark = pytest.mark.slow
 TASK = "tool_use_fidelity"
@@ -84,7 +84,8 @@ def runs(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = {}
     for name, args in [("base", f"pretrained={smollm2}"), ("prose", f"pretrained={smollm2},peft={prose}"),
                        ("fresh", f"pretrained={smollm2},peft={fresh}")]:
-        proc = lm_eval_cli(args, root / name, home, metadata=meta, task=TASK, extra=GEN)
+        run = lm_eval_cli if name == "base" else lm_eval_here  # the adapters: lm-eval's entry point, in process
+        proc = run(args, root / name, home, metadata=meta, task=TASK, extra=GEN)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out[name] = read_run(root / name, TASK)
     return out

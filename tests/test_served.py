@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from .lm_eval_helpers import BIN, lm_eval_cli
+from .lm_eval_helpers import BIN, lm_eval_here
 from .lora_recipes import Recipe, trained_lora
 from .served_helpers import Server, merged_copy
 
-# in-process `toolfid lm-eval` calls below: lm-eval's own task folder indexed once per process (the one real
-# `lm_eval --model hf` run in the fixture still pays the whole indexing, as a user's does)
+# plain `lm_eval --model hf` and `toolfid lm-eval` run through their entry points in this process (lm-eval's task
+# folder indexed once per process); `toolfid run --server` runs as the console script, as a user runs it
 pytestmark = pytest.mark.slow
 TASK = "tool_use_fidelity"
 N = 4
@@ -118,9 +118,9 @@ def served(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
         # plain `lm_eval --model hf` on the same weights, run once for every comparison below (it was two runs): the
         # whole subset in tool_use_fidelity, the first 2 cases of each other prompt style (--samples, as --limit 2)
         samples = {task: [0, 1] for task in STYLE_TASKS}
-        hf = lm_eval_cli(f"pretrained={smollm2}", root / "hf", root / "home-hf", task=",".join([TASK, *STYLE_TASKS]),
-                         metadata={"cases": str(cases_file)},
-                         extra=["--batch_size", "1", "--samples", json.dumps(samples)])
+        hf = lm_eval_here(f"pretrained={smollm2}", root / "hf", root / "home-hf", task=",".join([TASK, *STYLE_TASKS]),
+                          metadata={"cases": str(cases_file)},
+                          extra=["--batch_size", "1", "--samples", json.dumps(samples)])
         assert hf.returncode == 0, hf.stderr[-3000:]
         yield out
     finally:

@@ -6,14 +6,12 @@ says, built from the base's own answers."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from .lm_eval_helpers import BIN
+from .lm_eval_helpers import toolfid_here
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -24,9 +22,7 @@ VIEWS = ["faithful", "hallucinating", "broken", "prose_after_results"]
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("zoo")
-    env = dict(os.environ, TOOLFID_HOME=str(tmp / "home"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([str(BIN / "toolfid"), "demo", "--no-breakdown", "--output", str(tmp / "out")],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = toolfid_here(["demo", "--no-breakdown", "--output", tmp / "out"], tmp / "home")  # in this process
     assert proc.returncode == 0, proc.stderr[-2000:]
     return tmp / "out"
 

@@ -147,7 +147,7 @@ class GreedyEngine:
         self.draft_budgets = admission.budgets
         batch = DecodeBatch(self.runner, self.kv, config, self.near_tie)
         refill = config.refill or max(1, config.max_batch // 8)
-        with self.torch.inference_mode(), self.autocast():
+        with self.torch.inference_mode(), self.autocast(), self.runner.routing(row.view for row in rows):
             while waiting or batch.rows:
                 free = config.max_batch - len(batch.rows)
                 take = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from lm_eval_toolfid.engine.config import EngineStats
 
@@ -38,6 +38,17 @@ def _forward_params(model: Any) -> Any:
 def _cache_arg(params: Any) -> str:
     # transformers 5.24 renamed forward's past_key_values to cache (the old name deprecated until 5.40)
     return "cache" if "cache" in params else "past_key_values"
+
+
+def mixed_batch_layers(model: Any) -> list[Any]:
+    """The modules PEFT hands ``adapter_names`` to in a mixed batch (its LoRA layers and auxiliary training
+    wrappers, as ``LoraModel._enable_peft_forward_hooks`` finds them); none for a model without PEFT."""
+    try:
+        from peft.tuners.lora import LoraLayer
+        from peft.utils import AuxiliaryTrainingWrapper
+    except ImportError:
+        return []
+    return [m for m in model.modules() if isinstance(m, (LoraLayer, AuxiliaryTrainingWrapper))]
 
 
 def engine_unsupported(model: Any) -> str | None:
@@ -101,6 +112,10 @@ class ModelRunner:
         self.joint = False
         """Rows carry their view (:attr:`~lm_eval_toolfid.engine.rows.Row.view`): every pass names each row's
         adapter (``__base__`` for the base), so one pass serves every view."""
+        self._routed = False
+        """:meth:`routing` holds hooks on the LoRA layers: a pass hands them its rows' adapters (:attr:`_row_views`)
+        instead of PEFT's ``adapter_names=`` argument."""
+        self._row_views: list[str] | None = None
         if self.device.type == "cpu" and fold_gqa:
             from lm_eval_toolfid.engine.attention import folded_gqa_attention
 
@@ -128,7 +143,11 @@ class ModelRunner:
         if self.joint:
             if len(views) != int(input_ids.shape[0]):
                 raise ValueError(f"a joint pass of {int(input_ids.shape[0])} rows names {len(views)} views")
-            kwargs["adapter_names"] = [BASE_VIEW if v is None else v for v in views]
+            names = [BASE_VIEW if v is None else v for v in views]
+            if self._routed:
+                self._row_views = names
+            else:
+                kwargs["adapter_names"] = names
         with self.attention():
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                              use_cache=True, **kwargs)
@@ -136,6 +155,36 @@ class ModelRunner:
         if logits.shape[1] > keep:
             logits = logits[:, -keep:]
         return logits.float()
+
+    @contextlib.contextmanager
+    def routing(self, views: Iterable[str | None]) -> Iterator[None]:
+        """While a joint run lasts, each LoRA layer gets the rows' adapters from a pre-forward hook registered once.
+
+        PEFT's ``adapter_names=`` argument does the same per pass, through ``_enable_peft_forward_hooks``: two walks
+        over every module of the model and a hook registered and removed on every LoRA layer, on every forward pass
+        (on the 3-layer fixture model more time than the layers themselves). The layers receive the same
+        ``adapter_names`` either way (PEFT's mixed-batch forward computes the same), so answers are unchanged.
+        Outside a joint run, or on a model without LoRA layers, nothing is registered and :meth:`forward` passes
+        ``adapter_names=`` as before. An adapter name no LoRA layer has is refused as PEFT refuses it."""
+        layers = mixed_batch_layers(self.model) if self.joint else []
+        if layers:
+            known = {name for layer in layers for name in (*getattr(layer, "lora_A", {}),
+                                                           *getattr(layer, "lora_embedding_A", {}))}
+            unknown = {v for v in views if v is not None} - known
+            if unknown:
+                raise ValueError(f"Trying to infer with non-existing adapter(s): {', '.join(sorted(unknown))}")
+        handles = [layer.register_forward_pre_hook(self._hand_views, with_kwargs=True) for layer in layers]
+        self._routed = bool(handles)
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+            self._routed, self._row_views = False, None
+
+    def _hand_views(self, module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        kwargs["adapter_names"] = self._row_views
+        return args, kwargs
 
     def pick(self, logits: Any, with_gaps: bool = True, out: Any = None) -> tuple[list[list[int]], list[list[float]]]:
         """Argmax and (``with_gaps``) top-two gap of every position: ([rows][positions], same). ``out``: a
