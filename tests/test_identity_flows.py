@@ -19,7 +19,7 @@ import pytest
 from lm_eval_toolfid.cases.bundled import fixture_paths, tasks_path
 
 from .conftest import REPO
-from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_cli, metrics, read_run, toolfid_meta
+from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_here, metrics, read_run, toolfid_meta
 
 pytestmark = pytest.mark.slow
 FIX = fixture_paths()
@@ -60,8 +60,7 @@ def flows(tmp_path_factory):
               "--multipliers", "1", "--task", FIXTURE_TASK, "--output", str(calib)], home)
     keys["toolfid calibrate"] = {"run_key": {k: json.loads(calib.read_text())["provenance"][k] for k in KEY_FIELDS}}
     # plain lm_eval, task folder from a checkout (relative) and from the installed package (absolute)
-    proc = lm_eval_cli(f"pretrained={FIX['base']}", root / "cli", home,
-                       extra=["--limit", "4"])
+    proc = lm_eval_here(f"pretrained={FIX['base']}", root / "cli", home, extra=["--limit", "4"])  # in process
     assert proc.returncode == 0, proc.stderr[-2000:]
     keys["lm_eval (installed task path)"] = toolfid_meta(read_run(root / "cli")[0])
     cmd = [str(BIN / "lm_eval"), "--tasks", FIXTURE_TASK, "--include_path", "tasks", "--model", "hf",
@@ -97,12 +96,18 @@ def test_readme_calibration_flow_through_the_real_clis(flows, tmp_path):
     was refused with "calibration was made for another base model")."""
     _, home, calib, _ = flows
     # the base reference the adapter run pairs with (written by the toolfid run above, same key)
+    # the installed task folder through lm-eval's entry point in this process; the checkout's `tasks` folder
+    # (relative, as the README types it) through the console script
     for include in (str(tasks_path()), "tasks"):
-        cmd = [str(BIN / "lm_eval"), "--tasks", FIXTURE_TASK, "--include_path", include, "--model", "hf",
-               "--model_args", f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}",
-               "--metadata", json.dumps({"calibration": str(calib)}), "--output_path", str(tmp_path / include[-5:]),
-               "--log_samples", "--device", "cpu"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(home), cwd=REPO, timeout=900)
+        model_args = f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}"
+        if include != "tasks":
+            proc = lm_eval_here(model_args, tmp_path / include[-5:], home, metadata={"calibration": str(calib)},
+                                extra=["--batch_size", "1"])
+        else:
+            cmd = [str(BIN / "lm_eval"), "--tasks", FIXTURE_TASK, "--include_path", include, "--model", "hf",
+                   "--model_args", model_args, "--metadata", json.dumps({"calibration": str(calib)}),
+                   "--output_path", str(tmp_path / include[-5:]), "--log_samples", "--device", "cpu"]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(home), cwd=REPO, timeout=900)
         assert proc.returncode == 0, proc.stderr[-2000:]
         results, _ = read_run(tmp_path / include[-5:])
         m, meta = metrics(results), toolfid_meta(results)

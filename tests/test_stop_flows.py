@@ -7,9 +7,10 @@ prompt), on the cases of :data:`CASES`.
 Before issue 28, 3 of the first 16 default cases differed (the engine cut ``…"ZA"}}`` one brace short of the
 call): ``calendar-0004``, ``shop-0006`` and ``bank-0010`` are kept, with a flat call (``shipping-0008``) and a
 conversation (``mt-calendar-0008``); the other 11 of those 16 scored alike before and after the fix, so they proved
-nothing a stop rule could break. Plain ``lm_eval`` runs as a user runs it (a subprocess: its own CLI is what is
-compared); ``toolfid lm-eval`` and ``toolfid run`` go through toolfid's CLI entry point in process (the same
-argument handling and lm-eval ``cli_evaluate``, without paying lm-eval's imports and task indexing per process).
+nothing a stop rule could break. Plain ``lm_eval`` runs through lm-eval's own console entry point
+(``cli_evaluate``, plain ``--model hf``), ``toolfid lm-eval`` and ``toolfid run`` through toolfid's: all three in
+this process (the same argument handling and evaluator, without paying lm-eval's imports and task indexing per
+run; the console scripts as processes are run by tests/test_lm_eval_cli.py and tests/test_wheel.py).
 Also: ``toolfid run --check-stops`` decodes every case on past its early stop and finds nothing; and a base
 reference written by plain ``lm_eval`` pairs with an adapter run of the engine (a B = 0 LoRA: every output the
 same, PASS), since the two flows are guaranteed to score alike. Qwen's default style (chat) runs the same three
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -28,7 +28,7 @@ import pytest
 
 from lm_eval_toolfid.cli import main
 
-from .lm_eval_helpers import lm_eval_cli, read_run, toolfid_meta
+from .lm_eval_helpers import lm_eval_here, read_run, toolfid_meta
 from .lora_recipes import zero_lora
 
 pytestmark = pytest.mark.slow
@@ -75,15 +75,14 @@ def _cases_file(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def flows(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the lm_eval subprocesses
     root = tmp_path_factory.mktemp("stop-flows")
     zero = zero_lora(smollm2, root / "zero")
     home = root / "home"
     cases = _cases_file(root / "cases.jsonl")
     out: dict = {"zero": zero}
     # 1. plain lm_eval: HFLM generates to "\n###"; this base run writes the reference
-    proc = lm_eval_cli(f"pretrained={smollm2}", root / "plain", home, metadata={"cases": str(cases)}, task=TASK,
-                       extra=COMMON)
+    proc = lm_eval_here(f"pretrained={smollm2}", root / "plain", home, metadata={"cases": str(cases)}, task=TASK,
+                        extra=COMMON)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out["plain"] = read_run(root / "plain", TASK)
     # 2. toolfid lm-eval: the engine; a base run that leaves that reference alone
