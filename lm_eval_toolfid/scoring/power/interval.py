@@ -4,6 +4,7 @@ same floating-point operations as :func:`lm_eval_toolfid.core.stats.tango_limits
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import numpy as np
@@ -29,6 +30,43 @@ def _tango_high(n10: np.ndarray, n01: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 
 def _tango_limit(n10: np.ndarray, n01: np.ndarray, n: np.ndarray, upper: bool) -> np.ndarray:
+    """The bisection once per distinct (n10, n01, n) instead of once per table: the interval reads only the
+    discordant counts and the size, and a power sweep's tables repeat them (every split of the concordant cases
+    between n11 and n00 shares one). Tables of one size up to :data:`_KEEP_MAX` also keep the limits computed
+    for that size (:func:`_limits_kept`), so the sweep's next block at that size bisects only what is new. Each
+    limit comes from the same element-wise operations on the same numbers: the same bits as bisecting every
+    table."""
+    lost, gained, size = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (n10, n01, n)))
+    if lost.size < 64:
+        return _tango_bisect(lost, gained, size, upper)
+    n0 = int(size.flat[0])
+    if 0 < n0 <= _KEEP_MAX and np.all(size == n0):
+        cell = lost.ravel() * (n0 + 1) + gained.ravel()
+        unique, where = np.unique(cell, return_inverse=True)
+        values, known = _limits_kept(n0, upper)
+        new = unique[~known[unique]]
+        if new.size:
+            values[new] = _tango_bisect(new // (n0 + 1), new % (n0 + 1), np.full(new.shape, n0), upper)
+            known[new] = True
+        return values[unique][where].reshape(lost.shape)
+    base = int(size.max()) + 1
+    key = (lost.ravel() * base + gained.ravel()) * base + size.ravel()
+    unique, where = np.unique(key, return_inverse=True)
+    limits = _tango_bisect(unique // (base * base), (unique // base) % base, unique % base, upper)
+    return limits[where].reshape(lost.shape)
+
+
+_KEEP_MAX = 2000
+"""The largest size whose limits are kept between calls (two arrays of (n+1)² cells: 36 MB at 2000)."""
+
+
+@functools.lru_cache(maxsize=4)
+def _limits_kept(n: int, upper: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The limits computed so far at size ``n``, by cell ``n10 * (n + 1) + n01``, and which cells are known."""
+    return np.zeros((n + 1) ** 2), np.zeros((n + 1) ** 2, dtype=bool)
+
+
+def _tango_bisect(n10: np.ndarray, n01: np.ndarray, n: np.ndarray, upper: bool) -> np.ndarray:
     target = -Z95 if upper else Z95
     lost, gained, n = (np.asarray(x, dtype=np.float64) for x in (n10, n01, n))
     lo = np.full(np.broadcast(lost, gained, n).shape, -1.0)
