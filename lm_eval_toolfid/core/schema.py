@@ -501,25 +501,52 @@ def check_tool_schema(parameters: Any) -> str | None:
     """One-line description of what is wrong with a tool's ``parameters`` schema, or None.
 
     Checked when cases load: valid Draft 2020-12, every ``$ref`` resolvable without the network,
-    no ``$ref`` cycle that never reaches the arguments.
+    no ``$ref`` cycle that never reaches the arguments. A schema checked before (same canonical JSON) gets the
+    answer it got then: a case set repeats its tools' schemas (one function in many cases; a file imported, then
+    loaded), and the meta-schema check is most of the time loading cases takes.
     """
     if not isinstance(parameters, dict):
         return f"expected an object, got {type(parameters).__name__}"
     try:
         normalized = normalize_schema(parameters)
+    except (SchemaError, RecursionError, Unresolvable) as exc:
+        return _explain(exc)
+    try:
+        canonical = json.dumps(normalized, sort_keys=True)
+    except (TypeError, ValueError, RecursionError):  # not plain JSON: checked, not kept
+        return _check_normalized(normalized)
+    found = _CHECKED.get(canonical, _UNCHECKED)
+    if found is _UNCHECKED:
+        found = _check_normalized(normalized)
+        if len(_CHECKED) < _CHECKED_MAX:
+            _CHECKED[canonical] = found
+    return found  # type: ignore[return-value]
+
+
+_CHECKED: dict[str, str | None] = {}
+_CHECKED_MAX = 16384
+_UNCHECKED = object()
+
+
+def _check_normalized(normalized: dict) -> str | None:
+    try:
         Draft202012Validator.check_schema(normalized)
         problem = unresolvable_ref(normalized)
         if problem:
             return problem
         Draft202012Validator(normalized, registry=_REGISTRY).is_valid({})
-    except SchemaError as exc:
+    except (SchemaError, RecursionError, Unresolvable) as exc:
+        return _explain(exc)
+    return None
+
+
+def _explain(exc: Exception) -> str:
+    if isinstance(exc, SchemaError):
         path = "/".join(str(p) for p in exc.absolute_path)
         return f"{exc.message}" + (f" (at {path})" if path else "")
-    except RecursionError:
+    if isinstance(exc, RecursionError):
         return "the schema nests too deeply or its $ref chain is circular"
-    except Unresolvable as exc:
-        return f"a $ref cannot be resolved ({exc})"
-    return None
+    return f"a $ref cannot be resolved ({exc})"
 
 
 class SchemaViolation:
