@@ -31,7 +31,7 @@ from lm_eval_toolfid.pairing.served import SERVED_BACKENDS, served_adapter, serv
 from lm_eval_toolfid.prompts.auto import AUTO
 from lm_eval_toolfid.prompts.chat import shipped_chat_template, template_sha
 from lm_eval_toolfid.prompts.history import conversation_text
-from lm_eval_toolfid.prompts.plain import render_call
+from lm_eval_toolfid.prompts.plain import render_demo_call
 from lm_eval_toolfid.prompts.prompter import Prompter
 from lm_eval_toolfid.integrations.lm_eval.generation_record import summarize_generation
 from lm_eval_toolfid.scoring.metrics import METRICS, case_items
@@ -245,7 +245,7 @@ class ToolUseFidelityTask(ConfigurableTask):
         if case.irrelevant:
             return ""
         if case.gold_arguments is not None:
-            return render_call(case.gold_tool_name, case.gold_arguments)
+            return render_demo_call(case.gold_tool_name, case.gold_arguments)
         return case.gold_tool_name or ""
 
     def gen_kwargs_for(self, case: Case) -> dict[str, Any]:
