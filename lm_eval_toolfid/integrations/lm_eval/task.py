@@ -363,19 +363,17 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     def _run_key(self, lm_requests: dict[str, Any]) -> RunKey | None:
         if self.settings.served:
-            generation = json.loads(canonical(dict(self.config.generation_kwargs or {})))
-            if lm_requests:
-                generation["lm_eval"] = json.loads(canonical(lm_requests))
-            return RunKey(base=self._served_base(), case_set=self.run.case_set,
-                          prompt=self.prompter.settings.fingerprint(), generation=generation)
-        if not self.settings.model_args.get("pretrained"):
+            base = self._served_base()
+        elif self.settings.model_args.get("pretrained"):
+            base = base_identity(self.settings.model_args, self.backend)
+        else:
             log.warning("tool_use_fidelity: no 'pretrained' in model_args/metadata: cannot pair or store a reference")
             return None
         generation = json.loads(canonical(dict(self.config.generation_kwargs or {})))
         if lm_requests:
             generation["lm_eval"] = json.loads(canonical(lm_requests))
-        return RunKey(base=base_identity(self.settings.model_args, self.backend), case_set=self.run.case_set,
-                      prompt=self.prompter.settings.fingerprint(), generation=generation)
+        return RunKey(base=base, case_set=self.run.case_set, prompt=self.prompter.settings.fingerprint(),
+                      generation=generation)
 
     def construct_requests(self, doc: dict[str, Any], ctx: Any, **kwargs: Any) -> Any:
         instance = super().construct_requests(doc, ctx, **kwargs)
