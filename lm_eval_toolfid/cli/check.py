@@ -135,7 +135,7 @@ def _one_case(args: argparse.Namespace) -> Case | None:
     return None
 
 
-def collect(args: argparse.Namespace, stdin: Any = None) -> Iterator[Checked]:
+def checked_generations(args: argparse.Namespace, stdin: Any = None) -> Iterator[Checked]:
     """Every generation of the input, scored, one at a time (a stream is never read ahead)."""
     stdin = stdin if stdin is not None else sys.stdin
     given = [x for x in (args.text is not None, bool(args.file), bool(args.samples)) if x]
@@ -209,7 +209,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     records: list[PairScore] = []
     items: list[dict[str, Any]] = []
     all_valid = True
-    for checked in collect(args):
+    for checked in checked_generations(args):
         item = checked.as_dict()
         records.append(_record(checked))
         all_valid = all_valid and checked.outcome.valid
