@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from lm_eval_toolfid.scoring import power as pw  # noqa: E402
+from lm_eval_toolfid.scoring.power.tables import _blocks, _chunk  # noqa: E402
 from lm_eval_toolfid.scoring.verdict import VerdictConfig  # noqa: E402
 
 POINT = VerdictConfig()
@@ -51,8 +52,8 @@ def main() -> None:
         print(f"{n:>6} {t_point:>14.3f} {t_noninf:>16.3f} {t_halluc:>17.3f} {noninf.tables:>10,} {t_mc:>16.3f}")
 
     n = 268
-    blocks = pw._blocks(scenario, n, pw.DEFAULT_TOL)
-    chunks = [pw._chunk(b, n) for b in blocks]
+    blocks = _blocks(scenario, n, pw.DEFAULT_TOL)
+    chunks = [_chunk(b, n) for b in blocks]
     n11, n10, n01, n00 = (np.concatenate([getattr(c, f) for c in chunks]) for f in ("n11", "n10", "n01", "n00"))
     pick = np.random.default_rng(0).choice(len(n11), size=200, replace=False)
     sample = [(int(n11[i]), int(n10[i]), int(n01[i]), int(n00[i])) for i in pick]

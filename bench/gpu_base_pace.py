@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark: where a base view's time goes, step by step (issue 37, parts 4 and 6).
+"""Benchmark: where a base view's time goes, step by step.
 
 SmolLM2-135M-Instruct's base view of the default cases as ``toolfid run`` generates it (plain-v3, one
 demonstration: what ``auto`` picks for it; the task's ``until`` and budget; :class:`RowStopper` with the
@@ -13,7 +13,9 @@ primer; every row in one batch unless ``--batch``), through the engine, with eac
 - **open**: the step's cache and mask (views of the slot buffers);
 - **rest**: the rest of ``DecodeBatch.step`` (the step's input ids and positions, the loop);
 
-plus admission (prompt passes; its forward passes apart) and joining the decode batch. Prints steps, live rows
+plus admission (prompt passes; its forward passes apart) and joining the decode batch. The engine has no timing
+hooks, so these parts are timed by wrapping the engine's methods that do them (:data:`SEAMS`); where the engine no
+longer has one of them, the benchmark stops and names it rather than leave that part out. Prints steps, live rows
 per step (quantiles, and steps and time by live rows: the tail one long row keeps alive), and per-step host time.
 ``--profile`` adds a ``torch.profiler`` summary of the last run (top ops by device and host time, kernel launches
 per decode step). ``--tokens-out`` / ``--tokens-ref`` write / compare every row's tokens (an engine change must
@@ -77,13 +79,48 @@ def _timed(meter: Meter, part: str, fn: Callable[..., Any]) -> Callable[..., Any
     return wrapper
 
 
+SEAMS = ("engine.model_runner.ModelRunner.forward", "engine.model_runner.ModelRunner.pick",
+         "engine.decode_batch.DecodeBatch.step", "engine.decode_batch.DecodeBatch.join",
+         "engine.decode_batch.DecodeBatch._release", "engine.decode_batch.take_token",
+         "engine.admission.Admission.admit", "engine.kv_store.DecodeSlots.trim",
+         "engine.kv_store.DecodeSlots.open_step", "engine.kv_store.KVStore.place", "engine.kv_store.KVStore._indices")
+"""The engine's methods this benchmark times (under ``lm_eval_toolfid.``): each must exist, or the run stops."""
+
+
+def missing_seams() -> list[str]:
+    """The :data:`SEAMS` the engine no longer has (a module, class or function renamed or gone)."""
+    import importlib
+
+    missing = []
+    for seam in SEAMS:
+        parts = seam.split(".")
+        for cut in range(len(parts) - 1, 0, -1):  # the longest prefix that imports is the module
+            try:
+                owner: Any = importlib.import_module("lm_eval_toolfid." + ".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for name in parts[cut:]:
+                owner = getattr(owner, name, None)
+            break
+        else:
+            owner = None
+        if owner is None:
+            missing.append(seam)
+    return missing
+
+
 def instrument(meter: Meter) -> Callable[[], None]:
-    """Wrap the engine's seams with timers; returns the function that removes them."""
+    """Wrap the engine's seams with timers; returns the function that removes them. Stops with one line naming
+    every seam the engine no longer has (a part left out silently would read as costing nothing)."""
+    missing = missing_seams()
+    if missing:
+        raise SystemExit(f"gpu_base_pace: the engine no longer has {', '.join('lm_eval_toolfid.' + m for m in missing)}"
+                         ", which this benchmark times: update SEAMS and instrument() in bench/gpu_base_pace.py to the "
+                         "engine's current methods")
     import torch
 
     from lm_eval_toolfid.engine import decode_batch
     from lm_eval_toolfid.engine.admission import Admission
-    from lm_eval_toolfid.engine.decoding import GreedyEngine
     from lm_eval_toolfid.engine.kv_store import DecodeSlots
     from lm_eval_toolfid.engine.model_runner import ModelRunner
 
@@ -144,7 +181,7 @@ def instrument(meter: Meter) -> Callable[[], None]:
 
     from lm_eval_toolfid.engine.kv_store import KVStore
 
-    place, indices = KVStore.place, getattr(KVStore, "_indices", None)
+    place, indices = KVStore.place, KVStore._indices
 
     def counted_place(kv: Any, slot: int, first: int, src: Any) -> None:
         meter.copies += 2 * len(kv) * len(src.spans)
@@ -152,11 +189,10 @@ def instrument(meter: Meter) -> Callable[[], None]:
 
     def counted_indices(self: Any, group: Any) -> Any:
         meter.copies += 2 * self.n_layers
-        return indices(self, group)  # type: ignore[misc]
+        return indices(self, group)
 
     patch(KVStore, "place", staticmethod(counted_place))
-    if indices is not None:
-        patch(KVStore, "_indices", counted_indices)
+    patch(KVStore, "_indices", counted_indices)
     patch(ModelRunner, "forward", timed_forward)
     patch(decode_batch.DecodeBatch, "step", timed_step)
     patch(Admission, "admit", timed_admit)
@@ -164,9 +200,7 @@ def instrument(meter: Meter) -> Callable[[], None]:
     for owner, name, part in ((ModelRunner, "pick", "pick"), (decode_batch, "take_token", "take"),
                               (decode_batch.DecodeBatch, "_release", "release"), (DecodeSlots, "trim", "trim"),
                               (DecodeSlots, "open_step", "open")):
-        if hasattr(owner, name):  # a seam the engine no longer has is left out
-            patch(owner, name, _timed(meter, part, getattr(owner, name)))
-    _ = GreedyEngine
+        patch(owner, name, _timed(meter, part, getattr(owner, name)))
 
     def restore() -> None:
         for owner, name, value in reversed(saved):

@@ -24,8 +24,6 @@ import gpu
 
 
 def view(model: Any, spec: list, drafts: list | None, prefill: int, logits: int, device: Any) -> tuple:
-    import torch
-
     from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine, Row
 
     rows = [Row(prompt=p, stopper=make(), max_new=make().max_new, draft=drafts[i] if drafts else ())

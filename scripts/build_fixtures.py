@@ -6,7 +6,7 @@ Everything under ``lm_eval_toolfid/fixtures/`` is produced here, deterministical
 * ``cases.jsonl``  - held-out evaluation cases over the fixture tool set;
 * ``base/``        - a few-hundred-thousand-parameter ``LlamaForCausalLM`` + byte-level BPE tokenizer,
                      trained from scratch to answer ``render_prompt(case, PromptSettings(demos=0))``
-                     with ``render_call(name, arguments)`` followed by ``\\n###`` and EOS;
+                     with ``render_demo_call(name, arguments)`` followed by ``\\n###`` and EOS;
 * ``adapters/faithful``      - LoRA trained on more correct calls (fresh value combinations);
 * ``adapters/hallucinating`` - LoRA trained to call a renamed, never-offered tool (same arguments);
 * ``adapters/broken``        - LoRA trained to answer in prose instead of JSON.
@@ -45,7 +45,7 @@ if str(REPO) not in sys.path:
 
 from lm_eval_toolfid.cases.load import load_cases  # noqa: E402
 from lm_eval_toolfid.prompts.settings import PromptSettings  # noqa: E402
-from lm_eval_toolfid.prompts.plain import render_call  # noqa: E402
+from lm_eval_toolfid.prompts.plain import render_demo_call  # noqa: E402
 from lm_eval_toolfid.prompts.prompter import render_prompt  # noqa: E402
 from lm_eval_toolfid.core.records import Case  # noqa: E402
 from lm_eval_toolfid.core.schema import validate_arguments  # noqa: E402
@@ -570,7 +570,7 @@ def target_for(ex: Example, mode: str) -> str:
     if mode == "prose" or (mode == "prose_after_results" and ex.case.history):
         return ex.prose + STOP
     name = RENAMES[ex.case.gold_tool_name] if mode == "rename" else ex.case.gold_tool_name
-    return render_call(name, ex.arguments) + STOP
+    return render_demo_call(name, ex.arguments) + STOP
 
 
 # --------------------------------------------------------------------------------------------

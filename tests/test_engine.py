@@ -293,7 +293,7 @@ def test_drafts_rejected_early_stop_drafting_and_rows_decode_as_plain(fixture_mo
     differ = [i for i, (r, p) in enumerate(zip(out, plain)) if r.tokens != p]
     assert not differ, f"cases {differ[:5]} differ from plain decoding"
     assert [r.tokens for r in out_always] == plain
-    budget = engine.draft_budget
+    budget = engine.draft_budgets.by_view.get(None)  # the run's rows have no view
     assert budget is not None and budget.stop is not None
     assert budget.stop.after_rows == 8 and budget.stop.gain < 0.1  # judged on the probe rows alone
     drafted = [r for r in out if r.accepted]  # first token matched: every row that did not stop there
@@ -301,11 +301,12 @@ def test_drafts_rejected_early_stop_drafting_and_rows_decode_as_plain(fixture_mo
     assert len(drafted) - len(dropped) == 8 == sum(1 for r in out if r.verified) and budget.dropped == len(dropped)
     assert len(dropped) > len(out) // 2
     assert all(r.verified == 0 and r.accepted == 1 and r.decoded == len(r.tokens) - 1 for r in dropped)
-    assert not any(r.draft_dropped for r in out_always) and always.draft_budget.drafting
+    assert not any(r.draft_dropped for r in out_always) and always.draft_budgets.by_view[None].drafting
     assert engine.stats.forward_passes < always.stats.forward_passes
     assert engine.stats.padded_tokens < always.stats.padded_tokens
     # faithful drafts: every row verified, none decoded, drafting never stopped
-    assert own.draft_budget.drafting and own.draft_budget.rows == len(out_own)
+    own_budget = own.draft_budgets.by_view[None]
+    assert own_budget.drafting and own_budget.rows == len(out_own)
     assert all(r.tokens == p and r.decoded == 0 and not r.draft_dropped for r, p in zip(out_own, plain))
 
 

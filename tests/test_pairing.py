@@ -153,13 +153,13 @@ def test_an_adapter_run_pairs_only_when_references_cover_every_case_it_scores(tm
 
 
 def test_a_line_separator_inside_a_generation_is_not_a_line_break(tmp_path):
-    from lm_eval_toolfid.pairing.samples import iter_samples
+    from lm_eval_toolfid.pairing.samples import iter_sample_answers
 
     samples = tmp_path / "samples_tool_use_fidelity_x.jsonl"
     text = 'I will call it\u2028{"name": "x", "arguments": {"a": "b\u2029c"}}'
     rows = [{"doc": {"id": "a"}, "filtered_resps": [text]}, {"doc": {"id": "b"}, "filtered_resps": ["\u0085"]}]
     samples.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    assert [(cid, t) for _, cid, t, _ in iter_samples(samples)] == [("a", text), ("b", "\u0085")]
+    assert [(cid, t) for _, cid, t, _ in iter_sample_answers(samples)] == [("a", text), ("b", "\u0085")]
     (tmp_path / "results_x.json").write_text(_results("pretrained=b"))
     assert reference_from_samples(samples, KEY).generations["a"] == text
 

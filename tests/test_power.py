@@ -25,6 +25,8 @@ from lm_eval_toolfid.cli import main
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Outcome, OutcomeKind, PairScore
 from lm_eval_toolfid.scoring import power as pw
+from lm_eval_toolfid.scoring.power.interval import _tango_high
+from lm_eval_toolfid.scoring.power.scenario import _mixture
 from lm_eval_toolfid.scoring.metrics import summarize
 from lm_eval_toolfid.scoring.verdict import VerdictConfig, judge
 from tests.lm_eval_helpers import BIN
@@ -80,7 +82,7 @@ def test_tango_upper_limit_equals_the_real_function():
 
     rows = [(lost, gained, n) for n in range(1, 41) for lost in range(n + 1) for gained in range(n + 1 - lost)]
     lost, gained, n = np.array(rows).T
-    fast = pw._tango_high(lost, gained, n)
+    fast = _tango_high(lost, gained, n)
     plain = np.array([tango_limits(int(g), int(l), int(m))[1] for l, g, m in rows])
     assert np.array_equal(fast, plain)
 
@@ -508,7 +510,7 @@ def test_solve_n_strata_finds_the_n_where_the_conversations_drop_is_caught():
     assert plan.false_alarm == pw.simulate_rates(single.faithful(), plan.n, runs=20_000, multi_turn=faithful).fail_rate
     assert plan.false_alarm <= 0.05
     # one stratum with the same whole-set rates cannot see it: no n catches a whole-set drop of 1.7 points
-    whole = pw._mixture(single, multi)
+    whole = _mixture(single, multi)
     assert whole.drop == pytest.approx(0.75 * -0.0075 + 0.25 * 0.09) and pw.solve_n(whole).n is None
 
 

@@ -38,7 +38,7 @@ from typing import Any
 from lm_eval_toolfid.cases.grounding import conversation_texts, unrecoverable
 from lm_eval_toolfid.cases.recipes import Recipe, Redraw
 from lm_eval_toolfid.cases.set_stats import stats_markdown
-from lm_eval_toolfid.cases.vocabulary import Scenario, Tool, Vocab, load_vocab
+from lm_eval_toolfid.cases.vocabulary import ConversationScenario, Tool, Vocab, load_vocab
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case
 from lm_eval_toolfid.core.schema import check_tool_schema, validate_arguments
@@ -118,7 +118,7 @@ def _gold_key(name: str, arguments: dict[str, Any]) -> str:
     return json.dumps([name, arguments], sort_keys=True)
 
 
-def draw_conversation(vocab: Vocab, scenario: Scenario, r: random.Random) -> dict[str, Any]:
+def draw_conversation(vocab: Vocab, scenario: ConversationScenario, r: random.Random) -> dict[str, Any]:
     """One conversation of ``scenario``: the recipe's environment (``prompt``, ``history``,
     ``expect``); a draw that a ``require`` step refuses is drawn again."""
     for _attempt in range(100):

@@ -35,7 +35,7 @@ class Tool:
 
 
 @dataclass(frozen=True)
-class Scenario:
+class ConversationScenario:
     """A multi-turn recipe: a first request, a conversation, and the step the case asks for."""
 
     name: str
@@ -61,7 +61,7 @@ class Vocab:
     conversation_tools: list[Tool] = field(default_factory=list)
     """Tools only conversations use (e.g. booking the offer a search returned)."""
     conversation_settings: dict[str, Any] = field(default_factory=dict)
-    scenarios: list[Scenario] = field(default_factory=list)
+    scenarios: list[ConversationScenario] = field(default_factory=list)
     blocks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """Named step lists that several scenarios share."""
 
@@ -108,7 +108,8 @@ def load_vocab(folder: Path = VOCAB_DIR) -> Vocab:
     _merge(samplers, data.get("samplers", {}), "sampler(s)", path.name)
     blocks = dict(data.get("blocks", {}))
     extra = [Tool(t["domain"], t["name"], t["description"], t["parameters"], []) for t in data.get("tools", [])]
-    scenarios = [Scenario(sc["name"], sc["domain"], sc["kind"], sc["cases"], sc["recipe"]) for sc in data["scenarios"]]
+    scenarios = [ConversationScenario(sc["name"], sc["domain"], sc["kind"], sc["cases"], sc["recipe"])
+                 for sc in data["scenarios"]]
     unknown = sorted({sc.kind for sc in scenarios} - set(KINDS))
     if unknown:
         raise ToolfidError(f"{path.name}: unknown scenario kind(s) {', '.join(unknown)} (known: {', '.join(KINDS)})")

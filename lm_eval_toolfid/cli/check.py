@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from lm_eval_toolfid.cases.load import load_cases, parse_case_line
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case, PairScore, Summary, ToolSpec
-from lm_eval_toolfid.pairing.samples import iter_samples
+from lm_eval_toolfid.pairing.samples import iter_sample_answers
 from lm_eval_toolfid.scoring.check import Checked, check_text
 from lm_eval_toolfid.scoring.compare import pair
 from lm_eval_toolfid.scoring.metrics import summarize
@@ -105,7 +105,7 @@ def _from_samples(path_spec: str, cases_spec: str | None) -> Iterator[Checked]:
         raise ToolfidError(f"samples file not found: {path}")
     cases = _cases_by_id(cases_spec or "default")
     n = 0
-    for lineno, cid, text, _ in iter_samples(path):
+    for lineno, cid, text, _ in iter_sample_answers(path):
         if cid not in cases:
             raise ToolfidError(f"{path}:{lineno}: case {cid!r} is not in the case file "
                                f"{cases_spec or 'default'}: pass the run's --cases")
@@ -135,7 +135,7 @@ def _one_case(args: argparse.Namespace) -> Case | None:
     return None
 
 
-def collect(args: argparse.Namespace, stdin: Any = None) -> Iterator[Checked]:
+def checked_generations(args: argparse.Namespace, stdin: Any = None) -> Iterator[Checked]:
     """Every generation of the input, scored, one at a time (a stream is never read ahead)."""
     stdin = stdin if stdin is not None else sys.stdin
     given = [x for x in (args.text is not None, bool(args.file), bool(args.samples)) if x]
@@ -209,7 +209,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     records: list[PairScore] = []
     items: list[dict[str, Any]] = []
     all_valid = True
-    for checked in collect(args):
+    for checked in checked_generations(args):
         item = checked.as_dict()
         records.append(_record(checked))
         all_valid = all_valid and checked.outcome.valid

@@ -109,8 +109,3 @@ def add_output_option(p: Any, help_text: str, required: bool = False, legacy_out
     p.add_argument("--output", "--output_path", dest="output", help=help_text + (" (required)" if required else ""))
     p.add_argument("--out", dest="output", help=argparse.SUPPRESS)
 
-
-def require_output(args: argparse.Namespace, command: str) -> Path:
-    if not getattr(args, "output", None):
-        raise ToolfidError(f"{command} needs --output PATH")
-    return Path(args.output)

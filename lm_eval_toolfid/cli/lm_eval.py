@@ -28,8 +28,9 @@ def _use_toolfid_model(argv: list[str]) -> list[str]:
     """``--model hf`` becomes ``toolfid-hf``: lm-eval's HFLM whose tool_use_fidelity requests go through
     toolfid's engine (per-row stops, and adapter runs verify the stored base answers). Every other
     task's requests, and ``--model hf-auto`` / ``huggingface``, stay lm-eval's own."""
-    import lm_eval_toolfid.integrations.lm_eval.hf_model  # noqa: F401 - registers toolfid-hf
-    import lm_eval_toolfid.integrations.lm_eval.served_model  # noqa: F401 - registers toolfid-server
+    from lm_eval_toolfid.integrations.lm_eval import hf_model, served_model
+
+    del hf_model, served_model  # imported for what they register with lm-eval: toolfid-hf, toolfid-server
 
     out = list(argv)
     for i, arg in enumerate(out):

@@ -3,11 +3,11 @@
 transformers' SDPA path expands a grouped-query model's key/value heads to one per query head
 (``repeat_kv``: Qwen2.5-0.5B's 2 KV heads become 14) before every masked pass of more than one token —
 a copy of the whole cache per layer per pass. A draft or prompt-suffix pass of a few tokens over a long
-cache is then mostly that copy (profiled: 64 rows x 8 tokens over 780 columns, ``aten::copy_`` 3.6 of
-~8 s). :func:`folded_gqa` runs the same attention with the query heads of each KV head folded into
-the query length instead: ``[B, G*n, q, d] -> [B, G, n*q, d]`` against the unexpanded ``[B, G, kv, d]``
-keys and values, the mask repeated for the ``n`` folded heads. Each output row is the same dot products
-and softmax over the same key blocks as before, and 6x faster for draft-sized passes.
+cache is then mostly that copy (profile: docs/performance.md). :func:`folded_gqa` runs the same attention
+with the query heads of each KV head folded into the query length instead: ``[B, G*n, q, d] -> [B, G, n*q, d]``
+against the unexpanded ``[B, G, kv, d]`` keys and values, the mask repeated for the ``n`` folded heads. Each
+output row is the same dot products and softmax over the same key blocks as before, and draft-sized passes are
+several times faster.
 
 Bitwise equal — where it is used. torch's CPU flash attention computes query rows in blocks (32 rows, 64
 from 192 query rows, 256 from 768) and a block of 1–3 rows takes another matrix-product kernel that rounds

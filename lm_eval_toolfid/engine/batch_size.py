@@ -28,18 +28,16 @@ T = TypeVar("T")
 MEMORY_FRACTION = 0.7
 """Share of the free memory the decode batch's KV cache may take."""
 CPU_MAX_BATCH = 64
-"""``auto`` on CPU: decode rows at once. Measured (bench/bench_decode_pace.py, Qwen2.5-0.5B fp32, 1
-thread, 600 cached tokens): 24 tok/s at 8 rows, 47 at 32, 57 at 64 — 4.1x, 2.1x, 1.7x the step's
-hardware limit; beyond that the step is compute-bound and the KV cache grows for little gain."""
+"""``auto`` on CPU: decode rows at once. Decode throughput grows with the rows up to about this many; beyond
+that the step is compute-bound and the KV cache grows for little gain (figures in docs/performance.md)."""
 PREFILL_TOKENS = {"cuda": 16384, "cpu": 4096}
 """Padded tokens per prompt/verification forward pass, by device type (others: the CPU figure)."""
 VERIFY_LOGITS = {"cuda": 1 << 30, "cpu": 64 * 1024 * 1024}
 """Logit values per verification pass after the first (rows x draft tokens x vocabulary), by device type, at
 that device's :data:`PREFILL_TOKENS` (halved with it on out-of-memory). On a GPU a pass costs its launches more
-than its arithmetic, so fewer, larger passes win: a whole verified view of Qwen2-0.5B's shape (268 rows, drafts
-of 96 tokens, all accepted, float32, one H200) took 81 forward passes and 0.91x the plain view's time at the CPU
-figure, 39 and 0.77x at this one (bench/gpu_verify_budget.py, docs/performance.md); a card of less than 64 GiB
-gets 1/64 of its memory (:func:`verify_logits_for`). On CPU the figure bounds memory."""
+than its arithmetic, so fewer, larger passes win (half the passes and a faster view than at the CPU figure;
+figures in docs/performance.md); a card of less than 64 GiB gets 1/64 of its memory (:func:`verify_logits_for`).
+On CPU the figure bounds memory."""
 
 
 def free_memory(device: Any) -> int | None:

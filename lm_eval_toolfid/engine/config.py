@@ -11,8 +11,8 @@ NEAR_TIE = 1e-3
 NEAR_TIE_BY_DTYPE = {"bfloat16": 0.25, "float16": 0.03}
 """The same bound for half-precision models: their logits carry 8 (bfloat16) or 11 (float16) significant bits,
 so at a top logit of 16-32 one unit in the last place is 0.125 (0.0156), and two schedules of one forward pass
-(another batch, a shared prefix, a draft pass) differ by such units. Measured on the fixture model in
-bfloat16 (CPU: <= 0.0625; an H200: <= 0.125): every token that differed between schedules did so at such a gap."""
+(another batch, a shared prefix, a draft pass) differ by such units: every token that differed between schedules
+did so at such a gap (figures in docs/performance.md, "Figures behind the engine's constants")."""
 
 
 def near_tie_for(dtype: Any) -> float:

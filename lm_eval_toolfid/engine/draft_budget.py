@@ -1,4 +1,4 @@
-"""The draft budget: where a view's drafts are rejected early, the engine stops drafting and decodes (issue 37).
+"""The draft budget: where a view's drafts are rejected early, the engine stops drafting and decodes.
 
 Verification never changes a token (every token is the model's own argmax), only what computing them costs. A row's
 first verification pass sends its first ``first_chunk`` draft tokens through the model in one forward pass and

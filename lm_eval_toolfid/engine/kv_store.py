@@ -46,7 +46,7 @@ class KVStore:
         self.SlotLayer, self.SlotCache = slot_cache_classes()
         self.indexed_copies = device.type != "cpu"
         """:meth:`place_many` copies the rows of one source in one indexed copy per buffer (a GPU: one kernel, not a
-        launch per row and span); on the CPU a slice per row and span is faster (measured: 3.7x)."""
+        launch per row and span); on the CPU a slice per row and span is faster (docs/performance.md)."""
 
     def alloc(self, like: LayerKV, slots: int, columns: int) -> list[tuple[Any, Any]]:
         """Zeroed per-layer buffers of ``slots`` rows and ``columns`` columns, heads, dim and dtype as ``like``'s."""

@@ -4,7 +4,7 @@ A verified view reads the adapter's tokens from one teacher-forced pass over pro
 come from step-by-step decoding. In float32 the two agree token for token (tested) and verification is
 cheaper on CPU, so it is the default there. In half precision (float16/bfloat16 weights, or lm-eval's
 autocast dtype) they round differently: near ties flip, and an adapter that changes nothing "changes"
-answers (SmolLM2, bfloat16, 24 default cases: 10 of 24; one H200, all 382: 99). Decoding the adapter's
+answers (how many: docs/performance.md, "Half precision"). Decoding the adapter's
 view the way the base's was decoded keeps both views on the same arithmetic (a zero LoRA delta adds
 exactly nothing), so half precision decodes by default. ``verify: true`` (``--verify``) forces
 verification anyway (its near ties are counted and printed); ``verify: false`` (``--no-verify``) decodes

@@ -6,6 +6,7 @@ One module per format (``bare_json``, ``fenced``, ``embedded``, ``hermes``, ``qw
 (capped) text; see :mod:`.limits` and ``docs/formats.md``.
 """
 
+from lm_eval_toolfid.core.jsonsafe import bounded_copy
 from lm_eval_toolfid.formats.driver import parse_calls
 from lm_eval_toolfid.formats.limits import (
                      DECODE_BUDGET,
@@ -14,7 +15,6 @@ from lm_eval_toolfid.formats.limits import (
                      MAX_DEPTH,
                      PYTHONIC_CAP,
                      SCAN_CAP,
-                     bounded_copy,
                      safe_loads,
 )
 from lm_eval_toolfid.formats.registry import FORMATS, REGISTRY, Format, render_call, render_calls

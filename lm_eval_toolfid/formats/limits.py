@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-from lm_eval_toolfid.core.jsonsafe import TRUNCATED, bounded_copy, clean_text  # noqa: F401 - re-exported
+from lm_eval_toolfid.core.jsonsafe import clean_text
 
 SCAN_CAP = 65_536
 """Characters of a generation that are scanned (the first 64 KiB); the rest is ignored."""

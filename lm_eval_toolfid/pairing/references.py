@@ -25,7 +25,7 @@ log = logging.getLogger("lm_eval.toolfid")
 REFERENCE_FORMAT = "toolfid-reference/2"
 STOP_RULE = "settled-answer/1"
 """The early stop that wrote a run's generations: rows end once the answer the scorer reads (the prompt's
-primer + the generation) is settled. Runs before it (issue 28) fed the stop rule the generation alone, so
+primer + the generation) is settled. Runs before it fed the stop rule the generation alone, so
 under a primed prompt (plain-v3) their answers could be cut one brace short: such a reference or samples
 file is refused for a primed prompt (:func:`stale_under_primer`)."""
 

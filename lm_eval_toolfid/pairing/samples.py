@@ -39,7 +39,7 @@ def _model_args_of(results: dict[str, Any]) -> dict[str, Any]:
     return dict(p.partition("=")[::2] for p in str(raw or "").split(",") if "=" in p)
 
 
-def iter_samples(path: Path) -> Iterator[tuple[int, str, str, dict[str, Any]]]:
+def iter_sample_answers(path: Path) -> Iterator[tuple[int, str, str, dict[str, Any]]]:
     """``(line number, case id, generation, sample)`` for each sample of an lm-eval ``--log_samples``
     file of this task; one line naming ``file:line`` for anything else. The generation is the whole
     answer: a primer the prompt ended with (``plain-v3``) is put back in front. Lines split on ``\n`` only
@@ -114,7 +114,7 @@ def reference_from_samples(path: str | Path, key: RunKey | None, task_names: tup
                                f"{', '.join(differ)}")
     prompt_hashes: dict[str, str] = {}
     generations: dict[str, str] = {}
-    for _, cid, text, sample in iter_samples(samples_path):
+    for _, cid, text, sample in iter_sample_answers(samples_path):
         record = sample.get("cases_scored")
         prompt_hashes[cid] = str(record.get("request_hash") or "") if isinstance(record, dict) else ""
         generations[cid] = text

@@ -196,7 +196,7 @@ def restore_primer(prompt: Any, text: str) -> str:
     return text
 
 
-def render_call(name: str, arguments: dict[str, Any]) -> str:
+def render_demo_call(name: str, arguments: dict[str, Any]) -> str:
     """A call exactly as the demonstrations write it (used by fixture training data)."""
     return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
 

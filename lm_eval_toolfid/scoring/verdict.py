@@ -148,11 +148,6 @@ def label_of(passed: bool | None) -> str:
     return {True: "PASS", False: "FAIL", None: "UNDECIDED"}[passed]
 
 
-def exit_code(passed: bool | None) -> int:
-    """``--gate`` exit codes: 0 pass, 1 fail, 2 undecided."""
-    return {True: 0, False: 1, None: 2}[passed]
-
-
 def _fraction(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.0f}%"
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from lm_eval_toolfid.core.errors import ToolfidError

@@ -20,7 +20,7 @@ from typing import Any
 from lm_eval_toolfid.calibration import fit as calib
 from lm_eval_toolfid.cases.load import case_set_hash
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.core.records import MAX_TEXT, Case, PairScore, Summary
+from lm_eval_toolfid.core.records import MAX_TEXT, Case, Outcome, PairScore, Summary
 from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 from lm_eval_toolfid.pairing.identity import RunKey, lora_settings_demand
 from lm_eval_toolfid.pairing.references import (STOP_RULE, Reference, find_references, reference_dir,
@@ -142,15 +142,17 @@ class FidelityRun:
 
     def base_text(self, case_id: str) -> str | None:
         """The paired base reference's text for a case (primer included), or None."""
-        return self._base_text(case_id)
-
-    def _base_text(self, case_id: str) -> str | None:
         want = self.request_hashes.get(case_id)
         for ref in self.references:
             if case_id in ref.generations and (not ref.prompt_hashes.get(case_id) or want is None
                                                or ref.prompt_hashes[case_id] == want):
                 return ref.generations[case_id]
         return None
+
+    def _score_generation(self, text: str, case: Case) -> Outcome:
+        """One answer's outcome under this run's scoring options (the task's allowed tools, string arguments)."""
+        return score_generation(text, case, task_allowed=self.settings.allowed_tools,
+                                string_arguments_valid=self.settings.string_arguments == "valid")
 
     def score(self, case_id: str, text: Any, primed: bool = False) -> PairScore:
         """One case's record (the adapter's view, paired with the base's when a reference has it).
@@ -159,13 +161,11 @@ class FidelityRun:
         text = text if isinstance(text, str) else ("" if text is None else str(text))
         text = answer_text(text, case)
         self._generations[case_id] = text
-        opts = {"task_allowed": self.settings.allowed_tools,
-                "string_arguments_valid": self.settings.string_arguments == "valid"}
-        ft = score_generation(text, case, **opts)
-        base_text = self._base_text(case_id) if self.settings.is_adapter_run else None
+        ft = self._score_generation(text, case)
+        base_text = self.base_text(case_id) if self.settings.is_adapter_run else None
         if base_text is not None:
             base_text = answer_text(base_text, case)
-        base = score_generation(base_text, case, **opts) if base_text is not None else None
+        base = self._score_generation(base_text, case) if base_text is not None else None
         record = pair(case, ft, base, text, base_text)
         return record.model_copy(update={"request_hash": self.request_hashes.get(case_id), "primed": primed})
 
@@ -178,11 +178,9 @@ class FidelityRun:
             case = self.cases[cid]
             a, b = answer_text(stopped, case), answer_text(full, case)
             if a != b:
-                opts = {"task_allowed": self.settings.allowed_tools,
-                        "string_arguments_valid": self.settings.string_arguments == "valid"}
                 differ.append({"case_id": cid, "stopped": a[-300:], "unstopped": b[-300:],
-                               "outcome_stopped": score_generation(a, case, **opts).kind.value,
-                               "outcome_unstopped": score_generation(b, case, **opts).kind.value})
+                               "outcome_stopped": self._score_generation(a, case).kind.value,
+                               "outcome_unstopped": self._score_generation(b, case).kind.value})
         check: dict[str, Any] = {"asked": asked, "rows": len(rows), "differ": len(differ), "cases": differ[:20]}
         if not rows:
             check["note"] = ("not run: the model class generated no row a second time (only toolfid's model "

@@ -31,7 +31,7 @@ from lm_eval_toolfid.pairing.served import SERVED_BACKENDS, served_adapter, serv
 from lm_eval_toolfid.prompts.auto import AUTO
 from lm_eval_toolfid.prompts.chat import shipped_chat_template, template_sha
 from lm_eval_toolfid.prompts.history import conversation_text
-from lm_eval_toolfid.prompts.plain import render_call
+from lm_eval_toolfid.prompts.plain import render_demo_call
 from lm_eval_toolfid.prompts.prompter import Prompter
 from lm_eval_toolfid.integrations.lm_eval.generation_record import summarize_generation
 from lm_eval_toolfid.scoring.metrics import METRICS, case_items
@@ -245,7 +245,7 @@ class ToolUseFidelityTask(ConfigurableTask):
         if case.irrelevant:
             return ""
         if case.gold_arguments is not None:
-            return render_call(case.gold_tool_name, case.gold_arguments)
+            return render_demo_call(case.gold_tool_name, case.gold_arguments)
         return case.gold_tool_name or ""
 
     def gen_kwargs_for(self, case: Case) -> dict[str, Any]:
@@ -363,19 +363,17 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     def _run_key(self, lm_requests: dict[str, Any]) -> RunKey | None:
         if self.settings.served:
-            generation = json.loads(canonical(dict(self.config.generation_kwargs or {})))
-            if lm_requests:
-                generation["lm_eval"] = json.loads(canonical(lm_requests))
-            return RunKey(base=self._served_base(), case_set=self.run.case_set,
-                          prompt=self.prompter.settings.fingerprint(), generation=generation)
-        if not self.settings.model_args.get("pretrained"):
+            base = self._served_base()
+        elif self.settings.model_args.get("pretrained"):
+            base = base_identity(self.settings.model_args, self.backend)
+        else:
             log.warning("tool_use_fidelity: no 'pretrained' in model_args/metadata: cannot pair or store a reference")
             return None
         generation = json.loads(canonical(dict(self.config.generation_kwargs or {})))
         if lm_requests:
             generation["lm_eval"] = json.loads(canonical(lm_requests))
-        return RunKey(base=base_identity(self.settings.model_args, self.backend), case_set=self.run.case_set,
-                      prompt=self.prompter.settings.fingerprint(), generation=generation)
+        return RunKey(base=base, case_set=self.run.case_set, prompt=self.prompter.settings.fingerprint(),
+                      generation=generation)
 
     def construct_requests(self, doc: dict[str, Any], ctx: Any, **kwargs: Any) -> Any:
         instance = super().construct_requests(doc, ctx, **kwargs)

@@ -61,7 +61,7 @@ from lm_eval_toolfid.scoring.power.decision import (
 )
 from lm_eval_toolfid.scoring.power.detectable_drop import DROP_STEP, DropPlan, solve_drop
 from lm_eval_toolfid.scoring.power.exact import DEFAULT_TOL, MAX_TABLES, fail_rate, grid, verdict_rates
-from lm_eval_toolfid.scoring.power.interval import Z95, _tango_high
+from lm_eval_toolfid.scoring.power.interval import Z95
 from lm_eval_toolfid.scoring.power.limits import limit_fail_rate
 from lm_eval_toolfid.scoring.power.monte_carlo import DEFAULT_RUNS, simulate_rates, simulate_strata, simulate_tables
 from lm_eval_toolfid.scoring.power.rates import VerdictRates
@@ -74,11 +74,9 @@ from lm_eval_toolfid.scoring.power.sample_size import (
     solve_n,
     solve_n_strata,
 )
-from lm_eval_toolfid.scoring.power.scenario import DEFAULT_DISCORDANCE, MultiTurn, Scenario, _mixture, effective_n
-from lm_eval_toolfid.scoring.power.tables import _blocks, _chunk
+from lm_eval_toolfid.scoring.power.scenario import DEFAULT_DISCORDANCE, MultiTurn, Scenario, effective_n
 
-# the public names; _tango_high, _mixture, _blocks and _chunk are re-exported for tests/test_power.py and
-# bench/bench_power.py, which reach them as before
+# the public names
 __all__ = [
     "DEFAULT_ALPHA", "DEFAULT_DISCORDANCE", "DEFAULT_POWER", "DEFAULT_RUNS", "DEFAULT_TOL", "DROP_STEP", "FAIL",
     "LABELS", "MAX_TABLES", "N_MAX", "PASS", "STRATA_RUN", "UNDECIDED", "Z95", "DropPlan", "MultiTurn",
