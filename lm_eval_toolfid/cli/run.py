@@ -18,7 +18,7 @@ from lm_eval_toolfid.cli.common import (
     parse_adapters,
 )
 from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, EXIT_SERVER, EXIT_STOP_CHECK, ToolfidError
-from lm_eval_toolfid.run.plan import ModelOptions, RunPlan, ServedOptions
+from lm_eval_toolfid.run.plan import CalibrationSpec, ModelOptions, RunPlan, ServedOptions
 
 
 def _resume_hint(args: argparse.Namespace, out: Path) -> str:
@@ -92,9 +92,7 @@ def _plan(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadat
                               views_together=args.views_together)
     calibration = None
     if args.null_runs:
-        from lm_eval_toolfid.run.calibrate import CalibrationStage
-
-        calibration = CalibrationStage(runs=args.null_runs, out=out / "calibration.json", seed=args.seed)
+        calibration = CalibrationSpec(runs=args.null_runs, out=out / "calibration.json", seed=args.seed)
     return RunPlan(base=args.base, adapters=adapters, task=args.task, metadata=metadata, models=models, out_dir=out,
                    limit=args.limit, resume=args.resume, calibration=calibration, verbose=args.verbose)
 
