@@ -1,11 +1,14 @@
 """The run/ package imports only downwards: its modules' imports of one another (read with ``ast``, those inside
-functions included) form no cycle, and the served session does not import the in-process one."""
+functions included) form no cycle, and the served session does not import the in-process one; calibration is a
+session's method, which the served session refuses in one line."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 from pathlib import Path
+
+import pytest
 
 import lm_eval_toolfid.run as run_pkg
 
@@ -76,3 +79,16 @@ def test_the_served_session_does_not_import_the_in_process_session() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_served_session_refuses_a_calibration_in_one_line(tmp_path: Path) -> None:
+    from lm_eval_toolfid.core.errors import ToolfidError
+    from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan, ServedOptions
+    from lm_eval_toolfid.run.served_session import ServedSession
+
+    session = object.__new__(ServedSession)  # no server needed: the refusal reads nothing of it
+    spec = CalibrationSpec(runs=1, out=tmp_path / "calibration.json")
+    plan = RunPlan("base", {"a": "a"}, "task", models=ServedOptions(server="http://127.0.0.1:9"), calibration=spec)
+    with pytest.raises(ToolfidError, match=r"^null calibration runs in process \(the session must load the base\)$"):
+        session.calibrate(spec, plan)
+    assert not (tmp_path / "calibration.json").exists()
