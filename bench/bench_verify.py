@@ -20,7 +20,7 @@ unverified, tokens accepted / decoded, the rows the draft budget decoded instead
 generations differ between verified and unverified (must be 0, or near ties); then each mode's forward passes
 and pass tokens. Also the view's own prompt processing (one forward pass over every prompt, no decoding) against
 the ``zero`` view, and, with ``--nulls K``, a K-null calibration
-(``CalibrationStage.run``) verified vs not. Targets: ``zero`` ≤ 0.45× the base view and ≤ 1.2× its
+(``ModelSession.calibrate_nulls``) verified vs not. Targets: ``zero`` ≤ 0.45× the base view and ≤ 1.2× its
 prompt processing; ``broken`` and ``early`` verified ≤ 1.05× unverified.
 
     nice .venv/bin/python bench/bench_verify.py --model fixture --nulls 2
@@ -274,13 +274,13 @@ def main() -> None:
               f"(target ≤ 1.05); always drafting ÷ unverified: {a.wall / p.wall:.3f} wall, {a.cpu / p.cpu:.3f} CPU")
 
     if args.nulls:
-        from lm_eval_toolfid.run.calibrate import CalibrationStage
+        from lm_eval_toolfid.run.plan import CalibrationSpec
 
         out = {}
         for mode, extra in (("verified", {}), ("unverified", {"verify": False})):
             with Clock() as c:
-                stage = CalibrationStage(args.nulls, tmp / f"cal-{mode}.json", null_dir=tmp / "nulls")
-                cal = stage.run(session, adapters["trained"], task, {**meta, **extra})
+                spec = CalibrationSpec(args.nulls, tmp / f"cal-{mode}.json", null_dir=tmp / "nulls")
+                cal = session.calibrate_nulls(spec, adapters["trained"], task, {**meta, **extra})
             out[mode] = (c, json.dumps({k: {m: f.mean for m, f in v.items()} for k, v in cal.fits.items()},
                                        sort_keys=True, default=str))
         v, p = out["verified"][0], out["unverified"][0]

@@ -11,11 +11,11 @@ import pytest
 
 from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.calibration.posthoc import calibrate_from_results, score_results
-from lm_eval_toolfid.run.calibrate import CalibrationStage, calibrate_in_process
+from lm_eval_toolfid.run.calibrate import calibrate_in_process
 from lm_eval_toolfid.calibration.adapters import adapter_update_norm
 from lm_eval_toolfid.calibration.fit import load_calibration
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.run.plan import RunPlan
+from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan
 from lm_eval_toolfid.run.runner import run_plan
 
 from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_in_process, metrics, toolfid_meta
@@ -32,7 +32,7 @@ def calibrated(tmp_path_factory):
     os.environ["TOOLFID_HOME"] = str(root / "home")
     out = root / "calib.json"
     calibrate_in_process(FIX["base"], FIX["adapters"]["faithful"],
-                         CalibrationStage(K, out, seed=11, multipliers=(1.0,), null_dir=root / "nulls"), FIXTURE_TASK, {})
+                         CalibrationSpec(K, out, seed=11, multipliers=(1.0,), null_dir=root / "nulls"), FIXTURE_TASK, {})
     return root, out
 
 
@@ -53,7 +53,7 @@ def test_same_seed_gives_a_byte_identical_file(calibrated, tmp_path):
     root, out = calibrated
     again = tmp_path / "again.json"
     calibrate_in_process(FIX["base"], FIX["adapters"]["faithful"],
-                         CalibrationStage(K, again, seed=11, multipliers=(1.0,), null_dir=tmp_path / "nulls"),
+                         CalibrationSpec(K, again, seed=11, multipliers=(1.0,), null_dir=tmp_path / "nulls"),
                          FIXTURE_TASK, {})
     assert again.read_bytes() == out.read_bytes()
 

@@ -53,7 +53,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from lm_eval_toolfid.calibration.fit import DEFAULT_ALPHA, min_runs
     from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS
     from lm_eval_toolfid.calibration.posthoc import calibrate_from_results, scan_results
-    from lm_eval_toolfid.run.calibrate import CalibrationStage, calibrate_in_process
+    from lm_eval_toolfid.run.calibrate import calibrate_in_process
+    from lm_eval_toolfid.run.plan import CalibrationSpec
 
     if not args.output:
         raise ToolfidError("calibrate needs --output FILE (where the calibration JSON goes)")
@@ -72,11 +73,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if args.device or args.dtype:
             raise ToolfidError("calibrate runs on the default device and dtype; --device/--dtype are for toolfid run "
                                "(use toolfid run --null-runs K to calibrate with them)")
-        stage = CalibrationStage(runs=args.runs if args.runs is not None else DEFAULT_RUNS, out=out,
-                                 seed=args.seed if args.seed is not None else DEFAULT_SEED,
-                                 multipliers=args.multipliers or DEFAULT_MULTIPLIERS,
-                                 null_dir=Path(args.null_dir) if args.null_dir else None)
-        calibration = calibrate_in_process(args.base, args.adapter, stage, args.task, metadata_from_args(args),
+        spec = CalibrationSpec(runs=args.runs if args.runs is not None else DEFAULT_RUNS, out=out,
+                               seed=args.seed if args.seed is not None else DEFAULT_SEED,
+                               multipliers=args.multipliers or DEFAULT_MULTIPLIERS,
+                               null_dir=Path(args.null_dir) if args.null_dir else None)
+        calibration = calibrate_in_process(args.base, args.adapter, spec, args.task, metadata_from_args(args),
                                            batch_size=args.batch_size if args.batch_size is not None else "auto")
     for mult, fits in calibration.fits.items():
         f = fits["json_valid_rate"]

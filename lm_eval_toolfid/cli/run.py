@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from lm_eval_toolfid.cli.common import (
     parse_adapters,
 )
 from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, EXIT_SERVER, EXIT_STOP_CHECK, ToolfidError
-from lm_eval_toolfid.run.plan import ModelOptions, RunPlan, ServedOptions
+from lm_eval_toolfid.run.plan import CalibrationSpec, ModelOptions, RunPlan, ServedOptions
 
 
 def _resume_hint(args: argparse.Namespace, out: Path) -> str:
@@ -93,54 +92,18 @@ def _plan(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadat
                               views_together=args.views_together)
     calibration = None
     if args.null_runs:
-        from lm_eval_toolfid.run.calibrate import CalibrationStage
-
-        calibration = CalibrationStage(runs=args.null_runs, out=out / "calibration.json", seed=args.seed)
+        calibration = CalibrationSpec(runs=args.null_runs, out=out / "calibration.json", seed=args.seed)
     return RunPlan(base=args.base, adapters=adapters, task=args.task, metadata=metadata, models=models, out_dir=out,
                    limit=args.limit, resume=args.resume, calibration=calibration, verbose=args.verbose)
 
 
 def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any]) -> int:
-    """The screen: the verdict first (:mod:`lm_eval_toolfid.reporting.screen`), the engine's account under
-    ``--verbose``, the breakdowns, where the results are; then the exit code."""
-    from lm_eval_toolfid.reporting import screen
-    from lm_eval_toolfid.reporting.load import read_run
-    from lm_eval_toolfid.reporting.results import row_from_results
+    """The run's report (:mod:`lm_eval_toolfid.reporting.run_report`), then the exit code: the gate
+    (``--gate``, ``--junit``) and the stop check (``--check-stops``)."""
+    from lm_eval_toolfid.reporting.run_report import ReportOptions, report_run
 
-    rows = [row_from_results(v.results, v.label, args.task) for v in views]
-    base_row = row_from_results(base_view.results, "base", args.task)
-    if args.json:
-        print(json.dumps({"base": base_row.metrics, "adapters": {r.label: {"metrics": r.metrics, **r.toolfid}
-                                                                   for r in rows}}, indent=2, default=str))
-    else:
-        print("\n" + "\n".join(screen.header(args.task, args.base, base_row)))
-        if args.verbose:  # how the tokens were obtained: the engine's account (manifests and results keep it)
-            for text in (screen.generation_paths(rows, base_row), screen.verification_note([base_row, *rows])):
-                if text:
-                    print(text)
-        print()
-        print(screen.paint_verdicts(screen.verdicts(rows, base_row.metric("json_valid_rate"))))
-        warning = screen.near_tie_warning(rows, base_row)
-        if warning:
-            print(warning)
-    runs = [read_run(v.path) for v in views if v.path is not None]
-    if not args.json and not args.no_breakdown:
-        from lm_eval_toolfid.reporting.breakdown import breakdown, format_text
-
-        base_runs = [read_run(base_view.path)] if base_view.path is not None else []
-        for run in runs:
-            b = breakdown(run, base_runs)
-            if b is not None:
-                print("\n" + format_text(b, worst=3))
-    if args.html:
-        from lm_eval_toolfid.core.fsutil import atomic_write_text
-        from lm_eval_toolfid.reporting import collect, html
-
-        _, board, breakdowns = collect([out])
-        atomic_write_text(args.html, html.render(board, breakdowns))
-        print(f"wrote {args.html}", file=sys.stderr)
-    if not args.json:
-        print(f"\nresults and per-case samples: {out}/\nreport: toolfid report {out} --html report.html")
+    runs = report_run(ReportOptions(task=args.task, base=args.base, json=args.json, verbose=args.verbose,
+                                    breakdown=not args.no_breakdown, html=args.html), out, base_view, views)
     code = 0
     if args.gate or args.junit:
         from lm_eval_toolfid.cli.gate import gate_runs

@@ -139,9 +139,9 @@ def format_table(rows: list[RunRow], base_valid: float | None = None, width: int
     """A plain-text verdict table, one line per adapter, no wider than ``width`` (default: the terminal's,
     120 when not a terminal): the ``why`` column holds the short reason, the full reasons follow the table
     (``reasons`` False: the table alone; :func:`lm_eval_toolfid.reporting.screen.verdicts` puts a legend between)."""
-    import shutil
+    from lm_eval_toolfid.reporting.term import columns
 
-    width = width or shutil.get_terminal_size((120, 24)).columns
+    width = width or columns()
     head = ["adapter", "valid", "base", "delta", "p(McNemar)", "halluc", "arg-diff", "parse", "z", "verdict", "why"]
     lines = []
     for r in rows:
@@ -178,6 +178,6 @@ def format_table(rows: list[RunRow], base_valid: float | None = None, width: int
 
 
 def _wrap(text: str, width: int) -> str:
-    import textwrap
+    from lm_eval_toolfid.reporting.term import fill
 
-    return "\n".join(textwrap.wrap(text, width=max(40, width - 1), subsequent_indent="    ", break_on_hyphens=False))
+    return fill(text, max(40, width - 1))

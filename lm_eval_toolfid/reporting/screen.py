@@ -12,20 +12,11 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
 import sys
-import textwrap
 from typing import Any, Sequence
 
 from lm_eval_toolfid.reporting.results import RunRow, format_table, reason_of, verdict_label
-
-
-def _width() -> int:
-    return max(40, shutil.get_terminal_size((120, 24)).columns - 1)
-
-
-def _fill(text: str, width: int | None = None) -> str:
-    return textwrap.fill(text, width=width or _width(), subsequent_indent="    ", break_on_hyphens=False)
+from lm_eval_toolfid.reporting.term import fill as _fill
 
 
 def header(task: str, base: str, base_row: RunRow) -> list[str]:
@@ -189,13 +180,11 @@ def generation_paths(rows: list[Any], base: Any = None) -> str:
             groups.append(together)
         if gen.get("views_together_note") and gen["views_together_note"] not in notes:
             notes.append(gen["views_together_note"])
-    width = max(40, shutil.get_terminal_size((120, 24)).columns - 1)
     lines = [f"tokens of {', '.join(labels)}: {reason}" for reason, labels in by_reason.items()]
     if groups:
         lines.append("decoded together, one batch per group, each row under its own LoRA: "
                      + "; ".join(" + ".join(g) for g in groups) + (f" ({'; '.join(notes)})" if notes else ""))
-    return "\n".join(textwrap.fill(line, width=width, subsequent_indent="    ", break_on_hyphens=False)
-                     for line in lines)
+    return "\n".join(_fill(line) for line in lines)
 
 
 def drafting_note(gen: dict[str, Any]) -> str:
@@ -234,7 +223,6 @@ def verification_note(rows: list[Any]) -> str:
             ties.append(f"{row.label} {gen['near_tie_tokens']} token(s) in {gen['near_tie_cases']} case(s)")
     if not parts and not prefix_ties and not joint_ties:
         return ""
-    width = max(40, shutil.get_terminal_size((120, 24)).columns - 1)
     paragraphs = ["verified against the base's answers (share of tokens accepted): " + ", ".join(parts)] if parts else []
     if ties:
         paragraphs.append(f"near ties (top-two logit gap < {tol:g}, where verified and decoded arithmetic could "
@@ -246,5 +234,4 @@ def verification_note(rows: list[Any]) -> str:
         paragraphs.append(f"near ties in views decoded together (top-two logit gap < {tol:g}, where a view alone, in "
                           "batches of other shapes, could round otherwise): " + "; ".join(joint_ties)
                           + " — compare with --views-together 1")
-    return "\n".join(textwrap.fill(p, width=width, subsequent_indent="    ", break_on_hyphens=False)
-                     for p in paragraphs)
+    return "\n".join(_fill(p) for p in paragraphs)

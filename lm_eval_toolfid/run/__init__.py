@@ -1,6 +1,13 @@
-"""Running the views of ``toolfid run`` (and calibration): what a run evaluates (``plan``: :class:`RunPlan`),
-one runner for every way of evaluating views (``runner``: base view, calibration stage, adapter views,
-``--resume``, each view saved as it finishes), the sessions behind its one interface (``session``: a base
-loaded once with many adapters; ``served_session``: models behind a server), null calibration in process
-(``calibrate``: :class:`CalibrationStage`). Each view is an ordinary lm-eval evaluation of the task
-(``integrations/lm_eval``); its files are :mod:`lm_eval_toolfid.reporting.view_store`'s."""
+"""Running the views of ``toolfid run`` (and calibration), in layers that import only downwards:
+
+- ``plan``: what a run evaluates (:class:`RunPlan`, with its null calibration as a frozen
+  :class:`CalibrationSpec`): plain values;
+- ``views``: one view as an ordinary lm-eval evaluation of the task, shared by every session;
+- ``nulls``: what a calibration spec asks of files (its adapters checked, nulls written, the fit written);
+- ``session`` (a base loaded once with many adapters; it runs calibrations) and ``served_session`` (models behind
+  a server; it refuses calibration in one line): the sessions behind the runner's one interface;
+- ``runner``: the base view, the session's calibration, the adapter views, ``--resume``, each view saved as it
+  finishes (files: :mod:`lm_eval_toolfid.reporting.view_store`);
+- ``calibrate``: ``toolfid calibrate`` in process.
+
+What the run then prints is :mod:`lm_eval_toolfid.reporting.run_report`'s."""

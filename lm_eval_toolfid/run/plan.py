@@ -1,17 +1,15 @@
 """What one ``toolfid run`` evaluates (:class:`RunPlan`), the models' options (:class:`ModelOptions` in process,
-:class:`ServedOptions` against a server) and one view of it (:class:`View`): plain values, decided once by the
-command line and read by the runner, the sessions and the calibration stage."""
+:class:`ServedOptions` against a server), its null calibration (:class:`CalibrationSpec`) and one view of it
+(:class:`View`): plain values, decided once by the command line and read by the runner and the sessions."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Union
+from typing import Any, Mapping, Union
 
+from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS
 from lm_eval_toolfid.serving.connection import Connection
-
-if TYPE_CHECKING:
-    from lm_eval_toolfid.run.calibrate import CalibrationStage
 
 
 @dataclass(frozen=True)
@@ -49,6 +47,29 @@ Models = Union[ModelOptions, ServedOptions]
 
 
 @dataclass(frozen=True)
+class CalibrationSpec:
+    """K null adapters per multiplier, shaped like the real adapter, run after the base view and fitted into
+    ``out`` (``--null-runs``, ``toolfid calibrate``); a session that loads the base runs them
+    (:meth:`lm_eval_toolfid.run.session.ModelSession.calibrate`)."""
+
+    runs: int
+    out: Path
+    """The calibration JSON."""
+    seed: int = 0
+    multipliers: tuple[float, ...] = DEFAULT_MULTIPLIERS
+    null_dir: Path | None = None
+    """Where the null adapters go (default: ``null_adapters`` beside ``out``)."""
+
+    @property
+    def null_folder(self) -> Path:
+        return self.null_dir or self.out.parent / "null_adapters"
+
+    def progress_labels(self) -> list[str]:
+        """The null views this calibration adds to a run's progress, in order (named as the null adapters)."""
+        return [f"null_{i:02d}" for i in range(self.runs * len(self.multipliers))]
+
+
+@dataclass(frozen=True)
 class View:
     """One view: the base (``adapter`` None) or one adapter, and the task settings it runs with."""
 
@@ -73,7 +94,7 @@ class RunPlan:
     limit: int | None = None
     resume: bool = False
     """Reuse the views already saved in ``out_dir`` with the same manifest."""
-    calibration: CalibrationStage | None = None
+    calibration: CalibrationSpec | None = None
     """Null calibration between the base view and the adapter views (``--null-runs``)."""
     verbose: bool = True
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from lm_eval_toolfid.reporting.view_store import ViewResult, load_saved_view, save_view, view_manifest
-from lm_eval_toolfid.run.plan import RunPlan, ServedOptions, View
+from lm_eval_toolfid.run.nulls import check_calibration
+from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan, ServedOptions, View
 
 
 class ViewSession(Protocol):
@@ -25,6 +26,11 @@ class ViewSession(Protocol):
 
     def check(self, plan: RunPlan) -> None:
         """Refuse, in one line, a plan whose models this session cannot evaluate (before any view runs)."""
+        ...
+
+    def calibrate(self, spec: CalibrationSpec, plan: RunPlan) -> Mapping[str, Any]:
+        """``--null-runs``, after the base view: the nulls run and fitted; returns the settings of the adapter views
+        that follow. A session that cannot (it does not load the base) refuses in one line."""
         ...
 
     def evaluate(self, views: Sequence[View], plan: RunPlan) -> Iterator[ViewResult]:
@@ -50,7 +56,7 @@ def run_plan(plan: RunPlan, session: ViewSession | None = None,
     With ``plan.resume``, views saved with the same manifest are reused; when every view is, no model
     is loaded at all."""
     if plan.calibration is not None:
-        plan.calibration.check(plan.adapters)
+        check_calibration(plan.calibration, plan.adapters)
     session = session or open_session(plan, progress)
     session.check(plan)
     done = saved_views(plan, session.manifest_args, progress)
@@ -59,7 +65,7 @@ def run_plan(plan: RunPlan, session: ViewSession | None = None,
         done.update({result.label: result for result in _evaluate(session, todo, plan, progress)} if todo else {})
         return done["base"], [done[label] for label in plan.adapters]
     base = done.get("base") or _evaluate(session, [plan.base_view()], plan, progress)[0]
-    metadata: Mapping[str, Any] = plan.calibration.run_in(session, plan)
+    metadata: Mapping[str, Any] = session.calibrate(plan.calibration, plan)
     todo = [view for view in plan.adapter_views(metadata) if view.label not in done]
     ran = {result.label: result for result in _evaluate(session, todo, plan, progress)} if todo else {}
     return base, [done.get(label) or ran[label] for label in plan.adapters]

@@ -16,9 +16,9 @@ from typing import Any, Iterator, Sequence
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.pairing.served import model_card
 from lm_eval_toolfid.reporting.view_store import ViewResult
-from lm_eval_toolfid.run.plan import RunPlan, ServedOptions, View
+from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan, ServedOptions, View
+from lm_eval_toolfid.run.views import evaluate_view
 from lm_eval_toolfid.serving.client import list_models
-from lm_eval_toolfid.run.session import evaluate_view
 
 
 class ServedSession:
@@ -55,6 +55,10 @@ class ServedSession:
         if missing:
             served = ", ".join(str(e.get("id")) for e in self.listing[:8])
             raise ToolfidError(f"the server does not serve {', '.join(map(repr, missing))} (it lists: {served})")
+
+    def calibrate(self, spec: CalibrationSpec, plan: RunPlan) -> dict[str, Any]:
+        """Null adapters need the base's weights: refused in one line."""
+        raise ToolfidError("null calibration runs in process (the session must load the base)")
 
     def evaluate(self, views: Sequence[View], plan: RunPlan) -> Iterator[ViewResult]:
         """Each view in order; its answers are journaled as they arrive (``OUT/.served/LABEL.jsonl``, resumed

@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from lm_eval_toolfid.calibration.adapters import check_adapter
-from lm_eval_toolfid.cases.bundled import tasks_path
 from lm_eval_toolfid.core.errors import ToolfidError, offline
 from lm_eval_toolfid.core.flags import parse_flag
 from lm_eval_toolfid.reporting.view_store import ViewResult
-from lm_eval_toolfid.run.plan import ModelOptions, RunPlan, View
+from lm_eval_toolfid.run.nulls import make_nulls, write_fit
+from lm_eval_toolfid.run.plan import CalibrationSpec, ModelOptions, RunPlan, View
+from lm_eval_toolfid.run.views import evaluate_view
 
 if TYPE_CHECKING:
+    from lm_eval_toolfid.calibration.fit import Calibration
     from lm_eval_toolfid.integrations.lm_eval.joint import JointRun
 
 log = logging.getLogger("lm_eval.toolfid")
@@ -181,6 +183,42 @@ class ModelSession:
         model_args = dict(self.manifest_args, **({"peft": view.adapter} if view.adapter else {}))
         return evaluate_view(self.lm, model_args, view, task, limit, self.progress, self.verbose)
 
+    def calibrate(self, spec: CalibrationSpec, plan: RunPlan) -> dict[str, Any]:
+        """``toolfid run --null-runs``, after the base view (the nulls pair with its reference): nulls of the plan's
+        first adapter (this session's ``default``) run and fitted; returns the settings of the adapter views that
+        follow (judged against this calibration)."""
+        self.calibrate_nulls(spec, next(iter(plan.adapters.values())), plan.task, plan.metadata)
+        return {**plan.metadata, "calibration": str(spec.out)}
+
+    def calibrate_nulls(self, spec: CalibrationSpec, adapter: str, task: str,
+                        metadata: Mapping[str, Any]) -> Calibration:
+        """Nulls of ``adapter`` (this session's ``default`` adapter), each run after the base view, fitted."""
+        return self.fit_nulls(spec, make_nulls(spec, adapter, self.base), task, metadata)
+
+    def fit_nulls(self, spec: CalibrationSpec, nulls: list[Path], task: str,
+                  metadata: Mapping[str, Any]) -> Calibration:
+        """Each null's weights swapped into the ``default`` adapter in turn (the real weights restored after), the
+        task run, the fit written to ``spec.out``; the base reference they pair with must exist (the base view
+        ran)."""
+        from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        self.activate("default")
+        real = {k: v.detach().clone()
+                for k, v in get_peft_model_state_dict(self.peft_model, adapter_name="default").items()}
+        results = []
+        try:
+            for path in nulls:
+                state = load_file(str(path / "adapter_model.safetensors"))
+                set_peft_model_state_dict(self.peft_model, state, adapter_name="default")
+                view = self.evaluate_current(View(path.name, str(path), dict(metadata)), task)
+                if self.progress is not None:
+                    self.progress.view_finished(view.label, len(view.samples))
+                results.append(view.results)
+        finally:
+            set_peft_model_state_dict(self.peft_model, real, adapter_name="default")
+        return write_fit(spec, results, task)
+
 
 def verify_setting(value: Any) -> bool | None:
     """A view's metadata ``verify`` as the task reads it (None: not given)."""
@@ -190,30 +228,3 @@ def verify_setting(value: Any) -> bool | None:
 def check_adapters(adapters: Iterable[str], base: str) -> None:
     for path in adapters:
         check_adapter(path, base)
-
-
-def evaluate_view(lm: Any, model_args: dict[str, Any], view: View, task: str, limit: int | None = None,
-                  progress: Any = None, verbose: bool = True) -> ViewResult:
-    """One view: an ordinary ``simple_evaluate`` of the task on ``lm`` (model args and ``view.metadata`` reach
-    the task as lm-eval's CLI passes them); the caller saves it (and says it finished)."""
-    import lm_eval.evaluator
-    from lm_eval import simple_evaluate
-    from lm_eval.tasks import TaskManager
-
-    # lm-eval stamps results with the git hash of the *current directory* (and prints git's
-    # "fatal: not a git repository" outside one); toolfid records its own provenance instead.
-    lm_eval.evaluator.get_git_commit_hash = lambda: None
-
-    from lm_eval_toolfid.reporting.progress import quiet_lm_eval
-
-    meta = {**model_args, **view.metadata}
-    if progress is not None:
-        progress.view_started(view.label)
-    with quiet_lm_eval(progress, verbose) if progress is not None else contextlib.nullcontext():
-        manager = TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
-        out = simple_evaluate(model=lm, model_args=model_args, tasks=[task], task_manager=manager,
-                              log_samples=True, bootstrap_iters=0, limit=limit)
-    if out is None:
-        raise ToolfidError("lm-eval returned no results")
-    samples = out.pop("samples", {}).get(task, [])
-    return ViewResult(label=view.label, adapter=view.adapter, results=out, samples=samples)

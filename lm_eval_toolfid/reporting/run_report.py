@@ -1,0 +1,89 @@
+"""The report of one ``toolfid run`` / ``toolfid demo`` once its views are saved: ``--json`` or the screen
+(header, the engine's account under ``--verbose``, the verdict table and its notes, the breakdowns, where the
+results are) and the ``--html`` file. It decides no exit code: the command does (gate, stop check)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lm_eval_toolfid.reporting.load import Run, read_run
+from lm_eval_toolfid.reporting.results import RunRow, row_from_results
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """How the report is shown (``toolfid run``'s output options)."""
+
+    task: str
+    base: str
+    json: bool = False
+    verbose: bool = False
+    breakdown: bool = True
+    html: str | None = None
+
+
+def report_run(options: ReportOptions, out: Path, base_view: Any, views: list[Any]) -> list[Run]:
+    """Print the run's report (and write ``options.html``); returns the adapter views' saved runs, which the
+    gate reads."""
+    rows = [row_from_results(v.results, v.label, options.task) for v in views]
+    base_row = row_from_results(base_view.results, "base", options.task)
+    if options.json:
+        print(json_report(base_row, rows))
+    else:
+        print_screen(options, base_row, rows)
+    runs = [read_run(v.path) for v in views if v.path is not None]
+    if not options.json and options.breakdown:
+        base_runs = [read_run(base_view.path)] if base_view.path is not None else []
+        print_breakdowns(runs, base_runs)
+    if options.html:
+        write_html(options.html, out)
+    if not options.json:
+        print(f"\nresults and per-case samples: {out}/\nreport: toolfid report {out} --html report.html")
+    return runs
+
+
+def json_report(base_row: RunRow, rows: list[RunRow]) -> str:
+    """``--json``: the base's metrics and each adapter's metrics and toolfid record."""
+    return json.dumps({"base": base_row.metrics, "adapters": {r.label: {"metrics": r.metrics, **r.toolfid}
+                                                             for r in rows}}, indent=2, default=str)
+
+
+def print_screen(options: ReportOptions, base_row: RunRow, rows: list[RunRow]) -> None:
+    """The verdict first (:mod:`lm_eval_toolfid.reporting.screen`): header, the engine's account under
+    ``--verbose``, the table with its legend and reasons, a near-tie warning where one could change a verdict."""
+    from lm_eval_toolfid.reporting import screen
+
+    print("\n" + "\n".join(screen.header(options.task, options.base, base_row)))
+    if options.verbose:  # how the tokens were obtained: the engine's account (manifests and results keep it)
+        for text in (screen.generation_paths(rows, base_row), screen.verification_note([base_row, *rows])):
+            if text:
+                print(text)
+    print()
+    print(screen.paint_verdicts(screen.verdicts(rows, base_row.metric("json_valid_rate"))))
+    warning = screen.near_tie_warning(rows, base_row)
+    if warning:
+        print(warning)
+
+
+def print_breakdowns(runs: list[Run], base_runs: list[Run]) -> None:
+    """Each adapter's breakdown against the base (its worst three cases)."""
+    from lm_eval_toolfid.reporting.breakdown import breakdown, format_text
+
+    for run in runs:
+        b = breakdown(run, base_runs)
+        if b is not None:
+            print("\n" + format_text(b, worst=3))
+
+
+def write_html(path: str, out: Path) -> None:
+    """``--html``: the self-contained report of the run's folder."""
+    from lm_eval_toolfid.core.fsutil import atomic_write_text
+    from lm_eval_toolfid.reporting import collect, html
+
+    _, board, breakdowns = collect([out])
+    atomic_write_text(path, html.render(board, breakdowns))
+    print(f"wrote {path}", file=sys.stderr)

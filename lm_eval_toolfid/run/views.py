@@ -1,0 +1,40 @@
+"""What every session shares: one view evaluated as an ordinary ``lm_eval.simple_evaluate`` of the task on an
+lm-eval model (a base loaded in process, :mod:`~lm_eval_toolfid.run.session`; a served model,
+:mod:`~lm_eval_toolfid.run.served_session`)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from lm_eval_toolfid.cases.bundled import tasks_path
+from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.reporting.view_store import ViewResult
+from lm_eval_toolfid.run.plan import View
+
+
+def evaluate_view(lm: Any, model_args: dict[str, Any], view: View, task: str, limit: int | None = None,
+                  progress: Any = None, verbose: bool = True) -> ViewResult:
+    """One view: an ordinary ``simple_evaluate`` of the task on ``lm`` (model args and ``view.metadata`` reach
+    the task as lm-eval's CLI passes them); the caller saves it (and says it finished)."""
+    import lm_eval.evaluator
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    # lm-eval stamps results with the git hash of the *current directory* (and prints git's
+    # "fatal: not a git repository" outside one); toolfid records its own provenance instead.
+    lm_eval.evaluator.get_git_commit_hash = lambda: None
+
+    from lm_eval_toolfid.reporting.progress import quiet_lm_eval
+
+    meta = {**model_args, **view.metadata}
+    if progress is not None:
+        progress.view_started(view.label)
+    with quiet_lm_eval(progress, verbose) if progress is not None else contextlib.nullcontext():
+        manager = TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
+        out = simple_evaluate(model=lm, model_args=model_args, tasks=[task], task_manager=manager,
+                              log_samples=True, bootstrap_iters=0, limit=limit)
+    if out is None:
+        raise ToolfidError("lm-eval returned no results")
+    samples = out.pop("samples", {}).get(task, [])
+    return ViewResult(label=view.label, adapter=view.adapter, results=out, samples=samples)
