@@ -97,7 +97,7 @@ def main() -> None:
         for config in ({"draft_probe_rows": 0}, {}):
             seconds, res, engine = run(drafts, **config)
             assert [r.tokens for r in res] == plain, f"m={m} {config}: tokens differ from plain decoding"
-            budget = engine.draft_budget
+            budget = engine.draft_budgets.by_view.get(None) if engine.draft_budgets is not None else None
             cells.append((seconds, engine.stats, budget))
         always = cells[0][2]
         gain = f"{always.gained}/{always.sent} = {always.gained / max(1, always.sent):.2f}"

@@ -83,7 +83,7 @@ from typing import Any, Callable, Sequence
 from lm_eval_toolfid.engine.admission import Admission, admission_order, take_units
 from lm_eval_toolfid.engine.config import NEAR_TIE, NEAR_TIE_BY_DTYPE, EngineConfig, EngineStats, near_tie_for
 from lm_eval_toolfid.engine.decode_batch import DecodeBatch
-from lm_eval_toolfid.engine.draft_budget import DraftBudget, DraftBudgets
+from lm_eval_toolfid.engine.draft_budget import DraftBudgets
 from lm_eval_toolfid.engine.kv_store import KVStore
 from lm_eval_toolfid.engine.model_runner import EngineUnsupported, ModelFit, ModelRunner, engine_unsupported
 from lm_eval_toolfid.engine.rows import Row, RowResult, Stopper
@@ -118,12 +118,6 @@ class GreedyEngine:
         self.draft_budgets: DraftBudgets | None = None
         """The last run's draft budgets, one per view: first verification passes tallied, and whether (and why)
         drafting stopped (:mod:`~lm_eval_toolfid.engine.draft_budget`)."""
-
-    @property
-    def draft_budget(self) -> DraftBudget | None:
-        """The last run's draft budget of its rows without a view (a run of one view); None before a run or when
-        no row of it drafted."""
-        return self.draft_budgets.by_view.get(None) if self.draft_budgets is not None else None
 
     def run(self, rows: Sequence[Row], on_done: Callable[[int, RowResult], None] | None = None) -> list[RowResult]:
         """Generate every row; results in the order of ``rows``. ``on_done(index, result)`` is called as
