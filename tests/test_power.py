@@ -42,12 +42,15 @@ def tables(n: int) -> list[tuple[int, int, int, int]]:
 
 # --- the decision: fast path == summarize + judge ----------------------------------------------
 
-def test_fast_decision_equals_judge_on_every_table_up_to_20_cases_and_at_30():
+@pytest.mark.parametrize("sizes", [pytest.param(list(range(1, 13)), id="1-12"),
+                                   pytest.param([*range(13, 21), 30], id="13-20,30", marks=pytest.mark.slow)])
+def test_fast_decision_equals_judge_on_every_table_up_to_20_cases_and_at_30(sizes):
+    """Every table of every size: sizes up to 12 in the quick tier, the larger ones (four times the tables, and
+    the time) with the slow tests."""
     configs = [POINT, NONINF,
                VerdictConfig(gate_mode="noninferiority", validity_delta_floor=-0.1, min_base_validity=0.5),
                VerdictConfig(validity_delta_floor=0.0, min_base_validity=0.0)]
     checked = Counter()
-    sizes = [*range(1, 21), 30]
     for n in sizes:
         ts = tables(n)
         summaries = [summarize(pw.pairs_for_table(*t)) for t in ts]
@@ -58,7 +61,7 @@ def test_fast_decision_equals_judge_on_every_table_up_to_20_cases_and_at_30():
             assert mismatched == [], (n, config, mismatched[:5])
             checked.update(plain.tolist())
     assert sum(checked.values()) == 4 * sum(len(tables(n)) for n in sizes)
-    assert all(checked[code] > 1000 for code in (pw.PASS, pw.FAIL, pw.UNDECIDED))  # every outcome exercised
+    assert all(checked[code] > 1000 for code in (pw.PASS, pw.FAIL, pw.UNDECIDED)), checked  # every outcome exercised
 
 
 def test_fast_decision_equals_judge_with_hallucinated_calls():
