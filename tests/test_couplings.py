@@ -137,3 +137,42 @@ def test_a_batch_generated_without_its_prompts_is_a_warning_not_a_silent_fallbac
     warned = [r.getMessage() for r in caplog.records if "without handing over its prompts" in r.getMessage()]
     assert len(warned) == 1 and _version("lm_eval").split()[1] in warned[0], warned
     assert out.shape[0] == 1 and out.shape[1] > context.shape[1]
+
+
+def test_peft_mixed_batch_layers_take_the_rows_adapters_from_the_engines_hooks() -> None:
+    """``engine/model_runner.ModelRunner.routing`` gives PEFT's LoRA layers each row's adapter through pre-forward
+    hooks registered once per run, where PEFT's ``adapter_names=`` registers them on every pass: the layers
+    (``LoraLayer``, ``AuxiliaryTrainingWrapper``) must still be found and take ``adapter_names``, and a mixed batch
+    must give the logits of the same pass with PEFT's own ``adapter_names=``, bit for bit."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+    from lm_eval_toolfid.engine.config import EngineStats
+    from lm_eval_toolfid.engine.model_runner import ModelFit, ModelRunner, mixed_batch_layers
+
+    fix = fixture_paths()
+    where = _version("peft")
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(fix["base"]), fix["adapters"]["faithful"],
+                                      adapter_name="faithful")
+    model.load_adapter(fix["adapters"]["broken"], adapter_name="broken")
+    model.eval()
+    layers = mixed_batch_layers(model)
+    assert layers, f"{where}: no LoraLayer / AuxiliaryTrainingWrapper found"
+    assert all("adapter_names" in inspect.signature(m.forward).parameters
+               or any(p.kind is p.VAR_KEYWORD for p in inspect.signature(m.forward).parameters.values())
+               for m in layers), f"{where}: a LoRA layer's forward no longer takes adapter_names"
+    ids = torch.tensor([[1, 5, 9, 13, 17]] * 3)
+    mask, positions = torch.ones_like(ids), torch.arange(5).expand(3, 5)
+    views = [None, "faithful", "broken"]
+    with torch.inference_mode():
+        runner = ModelRunner(model, ModelFit.of(model), 0, EngineStats(), fold_gqa=False)
+        runner.joint = True
+        peft_logits = runner.forward(ids, mask, positions, None, 1, views=views)  # PEFT's adapter_names= per pass
+        with runner.routing(views):
+            assert runner._routed
+            ours = runner.forward(ids, mask, positions, None, 1, views=views)
+        assert not runner._routed and not any(m._forward_pre_hooks for m in layers)  # nothing left behind
+    assert torch.equal(ours, peft_logits), f"{where}: hooked mixed batch differs from adapter_names="
+    assert not torch.equal(ours[0], ours[1]) and not torch.equal(ours[1], ours[2])  # each row ran its own adapter
