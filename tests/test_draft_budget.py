@@ -10,7 +10,7 @@ import pytest
 
 from lm_eval_toolfid.engine.config import EngineConfig
 from lm_eval_toolfid.engine.draft_budget import DraftBudget, DraftBudgets, decode_without_drafts, drafting_stopped
-from lm_eval_toolfid.engine.handoffs import Drafting, Outcome
+from lm_eval_toolfid.engine.handoffs import Drafting, StageResult
 from lm_eval_toolfid.engine.rows import LiveRow, Row, RowResult
 
 
@@ -106,7 +106,7 @@ def test_each_view_has_its_own_budget() -> None:
         verified.extend(group)
         for d in group:
             d.live.result.verified = 1 if d.live.row.view == "bad" else 16
-        return Outcome()
+        return StageResult()
 
     budgets.verify_or_decode([bad[0], good[0], bad[1], good[1]], verify)
     assert not budgets.of(bad[0].live.row).drafting and budgets.of(good[0].live.row).drafting

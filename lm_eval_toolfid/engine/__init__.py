@@ -4,7 +4,7 @@ A view's rows (prompt token ids, stop rules, optionally the base's answer as a d
 tokens and how they were obtained come out. ``decoding`` is the entry point (:class:`GreedyEngine`, the loop
 over the stages, and the public names re-exported) and its docstring is the map. The stages, in order:
 
-- ``admission``: the order rows are admitted in, and the passes that admit them -> an ``Outcome``;
+- ``admission``: the order rows are admitted in, and the passes that admit them -> a ``StageResult``;
 - ``prompt_pass``: shared prefixes computed once (``prefix_cache`` plans them), then each group's prompt
   pass -> rows finished, ``Joining`` or ``Drafting`` (each with a ``KVRef`` to its KV);
 - ``draft_verify``: drafts verified chunk by chunk -> rows finished or ``Joining``;

@@ -11,7 +11,7 @@ from typing import Sequence
 from lm_eval_toolfid.engine.config import EngineConfig
 from lm_eval_toolfid.engine.draft_budget import DraftBudgets
 from lm_eval_toolfid.engine.draft_verify import DraftVerifier
-from lm_eval_toolfid.engine.handoffs import Outcome
+from lm_eval_toolfid.engine.handoffs import StageResult
 from lm_eval_toolfid.engine.kv_store import KVStore
 from lm_eval_toolfid.engine.model_runner import ModelRunner
 from lm_eval_toolfid.engine.passes import length_groups, sibling_groups
@@ -66,7 +66,7 @@ class Admission:
         self.budgets = DraftBudgets(config)
         """Whether a view's rows still draft: its first verification passes tallied (draft_budget.py)."""
 
-    def admit(self, rows: Sequence[tuple[int, Row]]) -> Outcome:
+    def admit(self, rows: Sequence[tuple[int, Row]]) -> StageResult:
         """Prompt passes for ``rows`` (groups of like length; a row whose prompt starts with a shared prefix computes
         only the rest, on the prefix's KV), then draft passes for every row whose first token matched its draft.
         Returns the rows that finished and those that join the decode batch, in that order of passes."""
@@ -77,7 +77,7 @@ class Admission:
             self.prefix_passes.compute({a.node for a in items if a.node is not None})
             # longest suffix first (the order without shared prefixes is longest prompt first already)
             items.sort(key=lambda a: -(len(a.row.prompt) - prefixes.depth(a.node)))
-        outcome = Outcome()
+        outcome = StageResult()
         # a prompt's rows of every view (a joint run) go through one pass: the same kernels for each
         sibling = (lambda a: a.row.prompt) if self.joint else (lambda a: a.index)
         for group in sibling_groups(items, lambda a: len(a.row.prompt) - prefixes.depth(a.node), budget, share,
@@ -91,4 +91,4 @@ class Admission:
         for part in self.budgets.probe_first(drafting):  # the draft budgets' probe rows before the others
             for group in length_groups(part, lambda d: len(d.live.row.prompt), budget, share):
                 outcome += self.budgets.verify_or_decode(group, self.verifier.verify)
-        return Outcome(outcome.finished, outcome.joining, (), outcome.shared_tokens)
+        return StageResult(outcome.finished, outcome.joining, (), outcome.shared_tokens)

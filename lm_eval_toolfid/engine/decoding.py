@@ -24,7 +24,7 @@ The stages, each in its module, and what each hands the next (:mod:`~lm_eval_too
 1. **admit** (:mod:`~lm_eval_toolfid.engine.admission`): :func:`admission_order` sorts the rows (by prompt
    when prefixes are shared, so a prefix's rows come together, else longest first); the loop below
    admits waiting rows whenever ``refill`` decode slots are free, and :class:`Admission` runs their
-   passes, returning an :class:`~lm_eval_toolfid.engine.handoffs.Outcome` (rows finished, rows joining the decode batch);
+   passes, returning a :class:`~lm_eval_toolfid.engine.handoffs.StageResult` (rows finished, rows joining the decode batch);
 2. **prompt pass** (:mod:`~lm_eval_toolfid.engine.prompt_pass`, passes built by
    :mod:`~lm_eval_toolfid.engine.passes`): shared prefixes (:mod:`~lm_eval_toolfid.engine.prefix_cache`:
    the branch points of the prompts' token trie) are computed once, each on its nearest computed ancestor;

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from lm_eval_toolfid.engine.config import EngineConfig
-from lm_eval_toolfid.engine.handoffs import Drafting, Joining, Outcome
+from lm_eval_toolfid.engine.handoffs import Drafting, Joining, StageResult
 from lm_eval_toolfid.engine.rows import Row
 
 
@@ -99,7 +99,7 @@ class DraftBudget:
             res = d.live.result
             self.record(*self.first_pass(len(d.live.row.draft), res.verified))
 
-    def without_drafts(self, group: Sequence[Drafting]) -> Outcome:
+    def without_drafts(self, group: Sequence[Drafting]) -> StageResult:
         """The group's rows decode instead (drafting has stopped): :func:`decode_without_drafts`, counted."""
         self.dropped += len(group)
         return decode_without_drafts(group)
@@ -139,11 +139,11 @@ class DraftBudgets:
                 rest.append(d)
         return [part for part in (probe, rest) if part]
 
-    def verify_or_decode(self, group: Sequence[Drafting], verify: Callable[[Sequence[Drafting]], Outcome]) -> Outcome:
+    def verify_or_decode(self, group: Sequence[Drafting], verify: Callable[[Sequence[Drafting]], StageResult]) -> StageResult:
         """The group's rows whose view still drafts verified (``verify``: the verification stage) and their first
         passes tallied; the others decoded from their prompt passes (:meth:`DraftBudget.without_drafts`)."""
         going = [d for d in group if self.of(d.live.row).drafting]
-        outcome = Outcome()
+        outcome = StageResult()
         for d in group:
             if not self.of(d.live.row).drafting:
                 outcome += self.of(d.live.row).without_drafts([d])
@@ -166,7 +166,7 @@ def drafting_stopped(engine: Any, view: Any = None) -> dict[str, Any] | None:
     return budgets.stopped(view) if budgets is not None else None
 
 
-def decode_without_drafts(group: Sequence[Drafting]) -> Outcome:
+def decode_without_drafts(group: Sequence[Drafting]) -> StageResult:
     """Rows whose first token matched their draft, sent to the decode batch instead of verified: from the KV and
     first token of their prompt pass, as plain decoding's rows join it, so their tokens are plain decoding's."""
     joining = []
@@ -176,4 +176,4 @@ def decode_without_drafts(group: Sequence[Drafting]) -> Outcome:
         live.pending = live.result.tokens[-1]
         live.length = len(live.row.prompt)
         joining.append(Joining(live, d.kv))
-    return Outcome(joining=tuple(joining))
+    return StageResult(joining=tuple(joining))

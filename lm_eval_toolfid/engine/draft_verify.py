@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 from lm_eval_toolfid.engine.acceptance import accept_predictions
 from lm_eval_toolfid.engine.config import EngineConfig
-from lm_eval_toolfid.engine.handoffs import Drafting, Outcome, RowState
+from lm_eval_toolfid.engine.handoffs import Drafting, StageResult, RowState
 from lm_eval_toolfid.engine.kv_store import KVRef, KVStore
 from lm_eval_toolfid.engine.model_runner import ModelRunner
 from lm_eval_toolfid.engine.rows import LiveRow
@@ -22,7 +22,7 @@ class DraftVerifier:
         """Draft tokens per verification pass after the first: logits stay within ``verify_logits``."""
         return max(8, self.config.verify_logits // max(1, rows * self.runner.fit.vocab))
 
-    def verify(self, group: Sequence[Drafting]) -> Outcome:
+    def verify(self, group: Sequence[Drafting]) -> StageResult:
         """Verify the group's drafts (rows of like prompt length) until each row stops or diverges."""
         torch, runner, store = self.runner.torch, self.runner, self.store
         lives = [d.live for d in group]
@@ -40,7 +40,7 @@ class DraftVerifier:
         fed = [0] * len(rows)  # draft tokens in the cache
         members, again = list(range(len(rows))), list(range(len(rows)))
         chunk = self.config.first_chunk
-        outcome = Outcome()
+        outcome = StageResult()
         while again:
             sel = [members.index(r) for r in again]
             layers, mask = self._select(layers, mask, sel)
@@ -75,7 +75,7 @@ class DraftVerifier:
                 if state is RowState.DECODE:
                     live.length = len(live.row.prompt) + live.result.accepted
                 states.append((state, live, KVRef.of_layers(layers, j, [(starts[r], live.length)])))
-            outcome += Outcome.of(states)
+            outcome += StageResult.of(states)
         return outcome
 
     def _select(self, layers: list[Any], mask: Any, sel: list[int]) -> tuple[list[Any], Any]:

@@ -1,6 +1,6 @@
 """What the engine's stages hand each other: a row's state after a pass (:class:`RowState`), a row that goes on
 to draft verification (:class:`Drafting`) or joins the decode batch (:class:`Joining`), and what a stage
-returns (:class:`Outcome`)."""
+returns (:class:`StageResult`)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class Joining:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class StageResult:
     """What a stage produced: rows that finished, rows that join the decode batch, rows whose drafts go on
     (in the order the stage met them), and prompt tokens taken from shared prefixes instead of computed."""
 
@@ -49,14 +49,14 @@ class Outcome:
     drafting: tuple[Drafting, ...] = ()
     shared_tokens: int = 0
 
-    def __add__(self, other: Outcome) -> Outcome:
-        return Outcome(self.finished + other.finished, self.joining + other.joining, self.drafting + other.drafting,
+    def __add__(self, other: StageResult) -> StageResult:
+        return StageResult(self.finished + other.finished, self.joining + other.joining, self.drafting + other.drafting,
                        self.shared_tokens + other.shared_tokens)
 
     @staticmethod
-    def of(states: Sequence[tuple[RowState, LiveRow, KVRef]], shared_tokens: int = 0) -> Outcome:
+    def of(states: Sequence[tuple[RowState, LiveRow, KVRef]], shared_tokens: int = 0) -> StageResult:
         """Rows sorted by their state after a pass, each with where its KV is."""
-        return Outcome(finished=tuple(live for state, live, _ in states if state is RowState.DONE),
+        return StageResult(finished=tuple(live for state, live, _ in states if state is RowState.DONE),
                        joining=tuple(Joining(live, kv) for state, live, kv in states if state is RowState.DECODE),
                        drafting=tuple(Drafting(live, kv) for state, live, kv in states if state is RowState.MORE),
                        shared_tokens=shared_tokens)

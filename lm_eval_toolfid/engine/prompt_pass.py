@@ -10,7 +10,7 @@ from typing import Sequence
 
 from lm_eval_toolfid.engine.acceptance import accept_predictions
 from lm_eval_toolfid.engine.config import EngineConfig
-from lm_eval_toolfid.engine.handoffs import Outcome, RowState
+from lm_eval_toolfid.engine.handoffs import StageResult, RowState
 from lm_eval_toolfid.engine.kv_store import KVRef, KVStore
 from lm_eval_toolfid.engine.model_runner import ModelRunner
 from lm_eval_toolfid.engine.passes import PassEntry, run_pass, sibling_groups
@@ -94,7 +94,7 @@ class PromptPass:
                  prefixes: SharedPrefixes) -> None:
         self.runner, self.store, self.config, self.near_tie, self.prefixes = runner, store, config, near_tie, prefixes
 
-    def run(self, group: Sequence[Admitted]) -> Outcome:
+    def run(self, group: Sequence[Admitted]) -> StageResult:
         """Rows come back finished, joining (decode from here) or drafting (the first token matched the draft:
         check the rest), each with where its KV is; the prompt tokens they took from shared prefixes are
         counted."""
@@ -123,4 +123,4 @@ class PromptPass:
             if a.node is not None:
                 shared_tokens += prefixes.depth(a.node)
                 prefixes.store.release(a.node)  # type: ignore[union-attr]
-        return Outcome.of(states, shared_tokens)
+        return StageResult.of(states, shared_tokens)
