@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lm_eval_toolfid import __version__
 from lm_eval_toolfid.reporting.breakdown import Breakdown, depth_label, explain
-from lm_eval_toolfid.reporting.leaderboard import Group, Leaderboard, Row, table_cells
+from lm_eval_toolfid.reporting.leaderboard import Group, Leaderboard, LeaderboardRow, table_cells
 from lm_eval_toolfid.reporting.svg import esc, grouped_bars, heatmap, null_strip
 
 CSS = """
@@ -47,7 +47,7 @@ def leaderboard_table(board: Leaderboard, group: Group) -> str:
     return "".join(out)
 
 
-def _adapter_rows(group: Group) -> list[Row]:
+def _adapter_rows(group: Group) -> list[LeaderboardRow]:
     return [r for r in group.rows if r.toolfid is not None and r.adapter]
 
 
@@ -74,7 +74,7 @@ def delta_plot(group: Group) -> str | None:
 DEPTH_SERIES = ("1", "2", "3+")
 
 
-def _by_depth(row: Row) -> dict[str, dict]:
+def _by_depth(row: LeaderboardRow) -> dict[str, dict]:
     found = ((row.toolfid.toolfid.get("summary") or {}).get("by_depth") if row.toolfid else None) or {}
     return found if isinstance(found, dict) else {}
 
@@ -128,7 +128,7 @@ def _null_values(path: str) -> tuple[list[float], str] | None:
 
 def null_plots(group: Group) -> list[str]:
     """One strip per calibration file used in the group; without the file, the stored z profile."""
-    by_cal: dict[str, list[Row]] = {}
+    by_cal: dict[str, list[LeaderboardRow]] = {}
     for row in _adapter_rows(group):
         cal = row.toolfid.toolfid.get("calibration") if row.toolfid else None
         if cal:

@@ -39,7 +39,7 @@ DASH = "—"
 
 
 @dataclass
-class Row:
+class LeaderboardRow:
     model: str
     adapter: str | None
     label: str
@@ -65,7 +65,7 @@ class Row:
 class Group:
     base: str
     case_set: str | None
-    rows: list[Row]
+    rows: list[LeaderboardRow]
     why: str = ""
 
     @property
@@ -81,14 +81,14 @@ class Leaderboard:
     notes: list[str]
 
     @property
-    def rows(self) -> list[Row]:
+    def rows(self) -> list[LeaderboardRow]:
         return [r for g in self.groups for r in g.rows]
 
 
 def build(runs: list[Run], notes: list[str] | None = None) -> Leaderboard:
     """Merge runs into rows (model + adapter [+ toolfid task]) and rows into groups (base + case set)."""
     notes = list(notes or [])
-    rows: dict[tuple[Any, ...], Row] = {}
+    rows: dict[tuple[Any, ...], LeaderboardRow] = {}
     others: list[Run] = []
     for run in sorted(runs, key=lambda r: (r.date or 0, str(r.source))):
         if run.toolfid_task is None:
@@ -98,7 +98,7 @@ def build(runs: list[Run], notes: list[str] | None = None) -> Leaderboard:
         if key in rows and rows[key].toolfid is not None:
             old = rows[key].toolfid
             notes.append(f"{run.label}: newer run {run.source} shown; older {old.source} ignored")  # type: ignore[union-attr]
-        row = rows.setdefault(key, Row(model=run.model, adapter=run.adapter, label=run.label))
+        row = rows.setdefault(key, LeaderboardRow(model=run.model, adapter=run.adapter, label=run.label))
         row.toolfid, row.label = run, run.label
         row.others.update(run.other)
         row.sources.append(str(run.source))
@@ -106,7 +106,7 @@ def build(runs: list[Run], notes: list[str] | None = None) -> Leaderboard:
         targets = [r for k, r in rows.items() if k[:2] == (_norm(run.model), _norm(run.adapter))]
         if not targets:
             key = (_norm(run.model), _norm(run.adapter), None, None, None)
-            targets = [rows.setdefault(key, Row(model=run.model, adapter=run.adapter, label=run.label))]
+            targets = [rows.setdefault(key, LeaderboardRow(model=run.model, adapter=run.adapter, label=run.label))]
         for row in targets:
             row.others.update(run.other)
             row.sources.append(str(run.source))
@@ -149,7 +149,7 @@ def sort_rows(board: Leaderboard, column: str | None) -> None:
     if column not in known:
         raise ToolfidError(f"--sort {column}: unknown column; choose one of {', '.join(known)}")
 
-    def key(row: Row) -> tuple[int, Any]:
+    def key(row: LeaderboardRow) -> tuple[int, Any]:
         if column == "model":
             return (0, row.model)
         if column == "adapter":
@@ -176,7 +176,7 @@ def _fmt(value: float | None, metric: str) -> str:
     return f"{value:+.3f}" if metric in _SIGNED else f"{value:.3f}"
 
 
-def cell(row: Row, metric: str, with_ci: bool) -> str:
+def cell(row: LeaderboardRow, metric: str, with_ci: bool) -> str:
     text = _fmt(row.metric(metric), metric)
     ci = row.ci(metric) if with_ci and text != DASH else None
     if ci:
@@ -185,7 +185,7 @@ def cell(row: Row, metric: str, with_ci: bool) -> str:
     return text
 
 
-def _adapter_name(row: Row) -> str:
+def _adapter_name(row: LeaderboardRow) -> str:
     return row.label if row.adapter else f"{row.label} (no adapter)" if row.label != "base" else "base (no adapter)"
 
 
@@ -200,7 +200,7 @@ def table_cells(board: Leaderboard, group: Group) -> tuple[list[str], list[list[
     return head, body
 
 
-def _other_cell(row: Row, task: str) -> str:
+def _other_cell(row: LeaderboardRow, task: str) -> str:
     metric, value = row.others.get(task, (None, None))
     return DASH if value is None else f"{value:.3f} ({metric})"
 
