@@ -162,7 +162,7 @@ def main() -> None:
     print(f"{Path(model_path).name}: {W / 2**30:.2f} GiB read per decode step, {F / 1e9:.2f} GFLOP per generated "
           f"token, {Fp / 1e9:.2f} GFLOP per prompt token")
 
-    from lm_eval_toolfid.engine.batch_size import kv_bytes_per_token
+    from lm_eval_toolfid.integrations.lm_eval.batch_size import kv_bytes_per_token
 
     kv_token = kv_bytes_per_token(lm.model)
 

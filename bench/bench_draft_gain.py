@@ -62,7 +62,7 @@ def main() -> None:
     n_threads = threads()
 
     from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine, Row
-    from lm_eval_toolfid.engine.stopping import RowStopper, eos_token_ids
+    from lm_eval_toolfid.integrations.lm_eval.stopping import RowStopper, eos_token_ids
 
     model, tok, ids = prompts_of(args.model, args.cases)
     eos = eos_token_ids(model, tok)

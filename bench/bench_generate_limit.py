@@ -35,7 +35,7 @@ def main() -> None:
     from transformers import StoppingCriteriaList
 
     from lm_eval_toolfid.prompts.plain import restore_primer
-    from lm_eval_toolfid.engine.stopping import make_stopping_criteria
+    from lm_eval_toolfid.integrations.lm_eval.stopping import make_stopping_criteria
     from lm_eval.models.utils_hf import stop_sequences_criteria
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -36,7 +36,7 @@ def main() -> None:
     from lm_eval_toolfid.cases.load import load_cases
     from lm_eval_toolfid.prompts.prompter import Prompter
     from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine, Row
-    from lm_eval_toolfid.engine.stopping import RowStopper, eos_token_ids
+    from lm_eval_toolfid.integrations.lm_eval.stopping import RowStopper, eos_token_ids
 
     path = Path(real_model(args.model))
     tok = AutoTokenizer.from_pretrained(path)

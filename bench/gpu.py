@@ -80,7 +80,7 @@ def run_engine(model: Any, rows_spec: list[tuple[list[int], Any]], batch: int | 
                record_gaps: bool = False) -> tuple[float, int, int, list[Any]]:
     """One view through the engine: wall, tokens generated, the batch it ran, each row's result (with
     ``drafts``: a verified view, each row's draft the given tokens)."""
-    from lm_eval_toolfid.engine.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
+    from lm_eval_toolfid.integrations.lm_eval.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
     from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine, Row
 
     def rows() -> list[Row]:
@@ -200,8 +200,8 @@ def main() -> None:
     from lm_eval_toolfid.cases.load import load_cases
     from lm_eval_toolfid.prompts.prompter import render_prompt
     from lm_eval_toolfid.prompts.settings import PromptSettings
-    from lm_eval_toolfid.engine.stopping import eos_token_ids
-    from lm_eval_toolfid.engine.stopping import RowStopper, make_stopping_criteria
+    from lm_eval_toolfid.integrations.lm_eval.stopping import eos_token_ids
+    from lm_eval_toolfid.integrations.lm_eval.stopping import RowStopper, make_stopping_criteria
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)

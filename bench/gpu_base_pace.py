@@ -234,7 +234,7 @@ def view_rows(model: Any, model_path: str, n_cases: int, max_new: int | None,
 
     from lm_eval_toolfid.cases.load import load_cases
     from lm_eval_toolfid.engine.decoding import Row
-    from lm_eval_toolfid.engine.stopping import RowStopper, eos_token_ids
+    from lm_eval_toolfid.integrations.lm_eval.stopping import RowStopper, eos_token_ids
     from lm_eval_toolfid.prompts.prompter import Prompter
 
     gen, meta = task_defaults()
@@ -372,7 +372,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from lm_eval_toolfid.engine.batch_size import PREFILL_TOKENS
+    from lm_eval_toolfid.integrations.lm_eval.batch_size import PREFILL_TOKENS
     from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine
 
     if args.gguf:

@@ -62,8 +62,8 @@ def run_style(model: Any, tok: Any, path: Path, style: str, template: str, cases
     from lm_eval_toolfid.formats.call_end import AnswerWatch
     from lm_eval_toolfid.prompts.prompter import Prompter
     from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine, Row
-    from lm_eval_toolfid.engine.stopping import eos_token_ids
-    from lm_eval_toolfid.engine.stopping import RowStopper
+    from lm_eval_toolfid.integrations.lm_eval.stopping import eos_token_ids
+    from lm_eval_toolfid.integrations.lm_eval.stopping import RowStopper
     from lm_eval_toolfid.scoring.outcome import answer_text
 
     prompter = Prompter(style, demos=None, model_args={"pretrained": str(path)}, template=template,

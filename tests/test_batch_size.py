@@ -24,7 +24,7 @@ def fixture_lm() -> Any:
 
 
 def test_kv_bytes_per_token_from_the_config(fixture_lm: Any) -> None:
-    from lm_eval_toolfid.engine.batch_size import kv_bytes_per_token
+    from lm_eval_toolfid.integrations.lm_eval.batch_size import kv_bytes_per_token
 
     config = fixture_lm.model.config  # 3 layers, 4 kv heads of 16, float32
     assert kv_bytes_per_token(fixture_lm.model) == 2 * config.num_hidden_layers * 4 * 16 * 4
@@ -32,7 +32,7 @@ def test_kv_bytes_per_token_from_the_config(fixture_lm: Any) -> None:
 
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
 def test_auto_batch_is_what_free_memory_holds(fixture_lm: Any, monkeypatch: pytest.MonkeyPatch, device: str) -> None:
-    from lm_eval_toolfid.engine import batch_size as bs
+    from lm_eval_toolfid.integrations.lm_eval import batch_size as bs
 
     model = fixture_lm.model
     rows = [300] * 100 + [1000]  # every row counted at the longest
@@ -55,7 +55,7 @@ def test_auto_batch_is_what_free_memory_holds(fixture_lm: Any, monkeypatch: pyte
 def test_is_oom_knows_cuda_and_cpu_allocator_errors() -> None:
     import torch
 
-    from lm_eval_toolfid.engine.batch_size import is_oom
+    from lm_eval_toolfid.integrations.lm_eval.batch_size import is_oom
 
     assert is_oom(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     assert is_oom(RuntimeError("[enforce fail at alloc_cpu.cpp] DefaultCPUAllocator: can't allocate memory"))
@@ -67,7 +67,7 @@ def test_halving_stops_at_one_row_with_one_line(monkeypatch: pytest.MonkeyPatch)
     import torch
 
     from lm_eval_toolfid.core.errors import ToolfidError
-    from lm_eval_toolfid.engine.batch_size import halve_on_oom
+    from lm_eval_toolfid.integrations.lm_eval.batch_size import halve_on_oom
 
     tried = []
 
@@ -135,7 +135,7 @@ def test_verification_logits_budget_follows_the_card(monkeypatch: pytest.MonkeyP
 
     import torch
 
-    from lm_eval_toolfid.engine import batch_size as bs
+    from lm_eval_toolfid.integrations.lm_eval import batch_size as bs
 
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda _device: types.SimpleNamespace(total_memory=total_gib << 30))

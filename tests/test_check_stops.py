@@ -45,7 +45,7 @@ def test_check_stops_finds_nothing_on_the_fixture(toolfid_home: Path, tmp_path: 
 
 def test_a_wrong_stop_rule_is_caught_and_exits_3(toolfid_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture) -> None:
-    from lm_eval_toolfid.engine import stopping
+    from lm_eval_toolfid.integrations.lm_eval import stopping
 
     original = stopping.RowStopper.push
 

@@ -48,7 +48,7 @@ def fixture_model() -> dict[str, Any]:
 
 def _rows(fx: dict[str, Any], drafts: list[list[int]] | None = None, call_end: bool = True) -> list[Any]:
     from lm_eval_toolfid.engine.decoding import Row
-    from lm_eval_toolfid.engine.stopping import RowStopper, eos_token_ids
+    from lm_eval_toolfid.integrations.lm_eval.stopping import RowStopper, eos_token_ids
 
     tok = fx["tok"]
     eos = eos_token_ids(fx["model"], tok)
@@ -77,7 +77,7 @@ def _generate(fx: dict[str, Any], call_end: bool, batch: int = 8) -> list[list[i
     import torch
     from transformers import StoppingCriteriaList
 
-    from lm_eval_toolfid.engine.stopping import make_stopping_criteria
+    from lm_eval_toolfid.integrations.lm_eval.stopping import make_stopping_criteria
 
     tok, model = fx["tok"], fx["model"]
     tok.padding_side = "left"

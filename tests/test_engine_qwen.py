@@ -84,8 +84,8 @@ def adapters(qwen: dict[str, Any], base_rows: list[Any]) -> None:
 
 def _rows(qw: dict[str, Any], drafts: list[list[int]] | None = None) -> list[Any]:
     from lm_eval_toolfid.engine.decoding import Row
-    from lm_eval_toolfid.engine.stopping import eos_token_ids
-    from lm_eval_toolfid.engine.stopping import RowStopper
+    from lm_eval_toolfid.integrations.lm_eval.stopping import eos_token_ids
+    from lm_eval_toolfid.integrations.lm_eval.stopping import RowStopper
 
     tok = qw["tok"]
     eos = eos_token_ids(qw["model"], tok)
@@ -138,7 +138,7 @@ def test_plain_engine_equals_generate_on_qwen(qwen: dict[str, Any], base_rows: l
     import torch
     from transformers import StoppingCriteriaList
 
-    from lm_eval_toolfid.engine.stopping import make_stopping_criteria
+    from lm_eval_toolfid.integrations.lm_eval.stopping import make_stopping_criteria
 
     tok, model = qwen["tok"], qwen["model"]
     tok.padding_side = "left"

@@ -6,7 +6,7 @@ default cases, SmolLM2-135M-Instruct with a B = 0 LoRA changed 2 answers through
 ``toolfid lm-eval`` (1 torch thread, as here; 1 with 2 threads) and Qwen2.5-Coder-0.5B-Instruct (chat
 template) changed 2 of the 9 ``QWEN_CASES`` — an adapter that did
 nothing could not be told from one that did. Half precision now decodes adapter views by default
-(:mod:`lm_eval_toolfid.engine.verify_policy`): both views share their arithmetic, and a zero LoRA delta
+(:mod:`lm_eval_toolfid.integrations.lm_eval.verify_policy`): both views share their arithmetic, and a zero LoRA delta
 adds exactly nothing. Checked through toolfid's CLI (its entry point, in process: the runs share one import
 of lm-eval and its task index): ``toolfid run`` (one process) and ``toolfid lm-eval`` (a base run, then an
 adapter run pairing with its stored reference); ``--verify`` still forcing verification, with the bfloat16

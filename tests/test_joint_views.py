@@ -115,7 +115,7 @@ def test_fixture_base_decoded_with_its_adapters_equals_each_alone(fixture_runs: 
 
 def test_more_views_than_memory_holds_go_in_groups_and_say_so(fixture_runs: dict[str, Any], tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import lm_eval_toolfid.engine.batch_size as bs
+    import lm_eval_toolfid.integrations.lm_eval.batch_size as bs
 
     monkeypatch.setenv("TOOLFID_HOME", str(fixture_runs["root"] / "home"))
     monkeypatch.setattr(bs, "rows_in_memory", lambda model, device, row_tokens: 2 * LIMIT + 3)

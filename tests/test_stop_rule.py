@@ -21,7 +21,7 @@ from lm_eval.models.utils import postprocess_generated_text
 
 from lm_eval_toolfid.formats.call_end import AnswerWatch, CallScanner, answer_settled, call_end
 from lm_eval_toolfid.prompts.settings import PRIMER
-from lm_eval_toolfid.engine.stopping import RowStopper
+from lm_eval_toolfid.integrations.lm_eval.stopping import RowStopper
 from lm_eval_toolfid.scoring.outcome import answer_text
 
 from .conftest import make_case

@@ -8,7 +8,7 @@ import argparse
 import pytest
 import torch
 
-from lm_eval_toolfid.engine.verify_policy import choose_verify, combine_requests
+from lm_eval_toolfid.integrations.lm_eval.verify_policy import choose_verify, combine_requests
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, "float32"])

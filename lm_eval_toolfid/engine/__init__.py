@@ -9,12 +9,14 @@ over the stages, and the public names re-exported) and its docstring is the map.
   pass -> rows finished, ``Joining`` or ``Drafting`` (each with a ``KVRef`` to its KV);
 - ``draft_verify``: drafts verified chunk by chunk -> rows finished or ``Joining``;
 - ``decode_batch``: joining rows take decode slots; one decode step; rows that stop are released;
-- ``acceptance``: every emitted token (draft acceptance, near ties, the stop rules of ``stopping``).
+- ``acceptance``: every emitted token (draft acceptance, near ties, each row's stop rule: the caller gives it;
+  lm-eval's is ``integrations.lm_eval.stopping``).
 
 Underneath them: ``handoffs`` (the typed hand-offs between stages), ``kv_store`` (every allocation, copy and
 release of KV buffers), ``slot_cache`` (the cache classes the model writes into), ``passes`` (grouping rows
 into passes, building one), ``model_runner`` (whether a model fits, one forward pass, argmax and gaps),
 ``rows`` and ``config`` (the public records), ``attention`` (grouped-query attention over the unexpanded
-KV cache on CPU), ``batch_size`` (``auto`` from free memory, halving on out-of-memory) and ``verify_policy``
-(whether an adapter view verifies or decodes, by dtype).
+KV cache on CPU). The policies of the lm-eval model that drives the engine (its stop rules, ``auto`` batch size,
+whether a view verifies) live with it in ``integrations/lm_eval/`` (``stopping``, ``batch_size``,
+``verify_policy``): the engine imports nothing of formats or lm-eval.
 """

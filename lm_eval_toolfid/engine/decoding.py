@@ -41,7 +41,7 @@ The stages, each in its module, and what each hands the next (:mod:`~lm_eval_too
 5. **decode step** (the same module): one token for every live row, on views of the live slots, appended in
    place;
 6. **stop and release**: every emitted token goes through :func:`~lm_eval_toolfid.engine.acceptance.take_token`
-   (near ties counted, the stop rules asked: :mod:`~lm_eval_toolfid.engine.stopping`); a row that stops leaves
+   (near ties counted, the stop rules asked: :mod:`~lm_eval_toolfid.integrations.lm_eval.stopping`); a row that stops leaves
    the batch at once, the last live row taking its slot (one row copied, not the batch), and columns no live
    row uses are no longer read once they are a quarter of those a step reads (nothing copied); waiting rows are
    admitted in its place (continuous batching). A step's inputs (next ids, positions, mask) stay on the model's

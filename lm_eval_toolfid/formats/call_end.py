@@ -28,7 +28,7 @@ while stop strings are searched in the generation only (lm-eval cuts them from t
 
 :class:`AnswerWatch` is the stop rule built on it: it says when the scored answer of a growing
 generation can no longer change, whatever is generated next (see its docstring for the proof sketch);
-:mod:`lm_eval_toolfid.engine.stopping` asks it after every token of a row.
+:mod:`lm_eval_toolfid.integrations.lm_eval.stopping` asks it after every token of a row.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def view_manifest(base: str, adapter: str | None, task: str, metadata: dict[str,
         "adapter": adapter, "adapter_fingerprint": fingerprint(adapter),
         # prefix_cache changes how tokens are computed, not which, and check_stops only checks them: a view saved
         # either way is reused; so is verify, except forced (true): in half precision a verified view's tokens can
-        # differ at near ties from the decoded ones every other setting gives (engine/verify_policy.py)
+        # differ at near ties from the decoded ones every other setting gives (integrations/lm_eval/verify_policy.py)
         "task": task, "settings": {k: v for k, v in metadata.items()
                                    if k not in ("verify", "check_stops", "prefix_cache")
                                    or (k == "verify" and v is True)},

@@ -7,7 +7,7 @@ them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.ge
   reason), or ``not recorded`` (another LM class: lm-eval's HFLM, vLLM);
 - ``verify`` and ``rows_verified``: whether the view checked the base's answers, and for how many
   cases it had one (less those whose draft was dropped: ``rows_draft_dropped`` below); ``verify_reason``:
-  why (:mod:`lm_eval_toolfid.engine.verify_policy`: verified by default in float32, decoded by default in half
+  why (:mod:`lm_eval_toolfid.integrations.lm_eval.verify_policy`: verified by default in float32, decoded by default in half
   precision); ``verify_requested``: the ``verify`` setting (``auto`` when not given) (``draft_sources``:
   ``session`` = the base view of the same process, exact token ids; ``reference`` = the stored base reference's
   text, re-tokenized);

@@ -6,17 +6,17 @@ doc has an ``expected_calls`` column) generated greedily: those go through
 
 - every row stops on its own: at the model's EOS ids, at lm-eval's ``until`` strings, at
   ``max_gen_toks``, and — for cases answered by (at most) one call — at the end of that call
-  (:class:`lm_eval_toolfid.engine.stopping.RowStopper`; the scoring core answers those cases with
+  (:class:`lm_eval_toolfid.integrations.lm_eval.stopping.RowStopper`; the scoring core answers those cases with
   the text up to the end of the first call, so outcomes equal a run that generated on);
 - the whole view goes to the engine at once, which prefills longest first and keeps a decode batch
-  of ``batch_size`` rows full (``auto``: sized from free memory, :mod:`lm_eval_toolfid.engine.batch_size`;
+  of ``batch_size`` rows full (``auto``: sized from free memory, :mod:`lm_eval_toolfid.integrations.lm_eval.batch_size`;
   out of memory, it halves the batch and says so);
 - **verification**: a request that carries the base's answer (a *draft*) is checked in one forward
   pass instead of decoded token by token (see ``decoding``); drafts come from the base view of the
   same session (:attr:`ToolfidHFLM.drafts`, exact token ids, filled while :attr:`record_drafts` is
   on) or from the task (the request's :class:`~lm_eval_toolfid.integrations.lm_eval.hints.RequestHints`
   ``draft``: the stored base reference's text, re-tokenized).
-  Whether a view verifies is :mod:`lm_eval_toolfid.engine.verify_policy`'s rule: by default in float32,
+  Whether a view verifies is :mod:`lm_eval_toolfid.integrations.lm_eval.verify_policy`'s rule: by default in float32,
   never by default in half precision (there a verified pass rounds differently from the base's decoding);
   the view's ``verify`` hint (metadata ``verify``) true forces it, false turns it off.
 
@@ -44,12 +44,12 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils_hf import stop_sequences_criteria
 
-from lm_eval_toolfid.engine.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
+from lm_eval_toolfid.integrations.lm_eval.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
 from lm_eval_toolfid.engine.decoding import (EngineConfig, EngineUnsupported, GreedyEngine, Row, engine_unsupported,
                                               near_tie_for)
 from lm_eval_toolfid.engine.draft_budget import drafting_stopped
-from lm_eval_toolfid.engine.stopping import RowStopper, eos_token_ids, make_stopping_criteria
-from lm_eval_toolfid.engine.verify_policy import VerifyChoice, choose_verify, combine_requests
+from lm_eval_toolfid.integrations.lm_eval.stopping import RowStopper, eos_token_ids, make_stopping_criteria
+from lm_eval_toolfid.integrations.lm_eval.verify_policy import VerifyChoice, choose_verify, combine_requests
 from lm_eval_toolfid.integrations.lm_eval.generation_record import GenerationInfo
 from lm_eval_toolfid.integrations.lm_eval.hints import RequestHints, hints_of
 from lm_eval_toolfid.integrations.lm_eval.joint import (JointAnswer, JointRun, JointView, adapters_enabled,
@@ -94,7 +94,7 @@ class _Plan:
 
     call_end: bool
     verify: bool | None
-    """The ``verify`` setting (None: not given; :func:`~lm_eval_toolfid.engine.verify_policy.choose_verify`
+    """The ``verify`` setting (None: not given; :func:`~lm_eval_toolfid.integrations.lm_eval.verify_policy.choose_verify`
     decides by the dtype)."""
     draft_text: str | None
     prefix: str = ""
@@ -388,7 +388,7 @@ class ToolfidHFLM(HFLM):
 
     def _views_that_fit(self, prompts: list[list[int]], max_new: int, joint: JointRun, strings: list[str]) -> int:
         """How many views' rows the free memory holds at once (the KV of every row of each)."""
-        from lm_eval_toolfid.engine.batch_size import rows_in_memory
+        from lm_eval_toolfid.integrations.lm_eval.batch_size import rows_in_memory
 
         fits = views_that_fit(rows_in_memory(self.model, self.device, [len(p) + max_new for p in prompts]),
                               len(prompts), len(joint.views))

@@ -16,7 +16,7 @@ class ViewHints:
 
     verify: bool | None = None
     """Metadata ``verify``: True forces verification of the base's answer, False turns it off, None lets the
-    dtype decide (:func:`~lm_eval_toolfid.engine.verify_policy.choose_verify`)."""
+    dtype decide (:func:`~lm_eval_toolfid.integrations.lm_eval.verify_policy.choose_verify`)."""
     prefix_cache: bool = True
     """Metadata ``prefix_cache``: prompts may start from a prefix shared with other rows, computed once."""
 

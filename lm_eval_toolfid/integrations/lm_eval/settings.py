@@ -52,7 +52,7 @@ class TaskSettings(BaseModel):
     """Adapter runs, toolfid's model classes (``toolfid run``, ``toolfid-hf``): check the base's answer in one
     forward pass instead of decoding it again. Not given: verify in float32 (the same outputs, cheaper), decode
     in float16/bfloat16, where a verified pass rounds differently from the base's decoding
-    (:mod:`lm_eval_toolfid.engine.verify_policy`); true forces verification, false decodes in every dtype."""
+    (:mod:`lm_eval_toolfid.integrations.lm_eval.verify_policy`); true forces verification, false decodes in every dtype."""
     prefix_cache: bool = True
     """toolfid's model classes: compute prompt prefixes that cases share once per view (same outputs; near ties
     counted); false computes every prompt whole."""
