@@ -142,8 +142,8 @@ def lm_eval_here(model_args: str, out: Path, home: Path, metadata: dict | None =
     logger = logging.getLogger("lm_eval")
     handlers, propagate = list(logger.handlers), logger.propagate
     with pytest.MonkeyPatch.context() as mp, redirect_stdout(stdout), redirect_stderr(stderr):
-        for key, value in dict(TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                               **(env or {})).items():
+        for key, value in {"TOOLFID_HOME": str(home), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                           **(env or {})}.items():
             mp.setenv(key, value)
         mp.setattr(sys, "argv", argv)
         mp.setattr(lm_eval.utils, "_LOGGING_CONFIGURED", False)  # its log handler writes to this run's stderr
@@ -181,8 +181,8 @@ def toolfid_here(args: list, home: Path, env: dict | None = None) -> subprocess.
     argv = [str(a) for a in args]
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, redirect_stdout(out), redirect_stderr(err):
-        for key, value in dict(TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                               **(env or {})).items():
+        for key, value in {"TOOLFID_HOME": str(home), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                           **(env or {})}.items():
             mp.setenv(key, value)
         mp.setattr(sys, "argv", ["toolfid", *argv])  # toolfid lm-eval sets sys.argv for lm-eval's parser
         code = main(argv)

@@ -14,17 +14,15 @@ LoRA merged into a copy of it (``transformers serve`` loads whole models), 4 def
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 
-from .lm_eval_helpers import BIN, lm_eval_here
+from .lm_eval_helpers import BIN, lm_eval_here, toolfid_here
 from .lora_recipes import Recipe, trained_lora
 from .served_helpers import Server, merged_copy
 
@@ -47,18 +45,10 @@ def _toolfid(args: list[str], home: Path) -> subprocess.CompletedProcess:
 
 
 def _inproc(args: list[str], home: Path) -> tuple[int, str, str]:
-    """``toolfid ARGS`` in this process (the same CLI code as the console script, without a new interpreter's
-    15-30 s of imports and lm-eval's task indexing): exit code, stdout, stderr."""
-    from lm_eval_toolfid.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in _env(home).items():
-            if os.environ.get(key) != value:
-                mp.setenv(key, value)
-        with redirect_stdout(out), redirect_stderr(err):
-            code = main(args)
-    return code, out.getvalue(), err.getvalue()
+    """``toolfid ARGS`` in this process (tests/lm_eval_helpers.toolfid_here, with this module's environment):
+    exit code, stdout, stderr."""
+    run = toolfid_here(args, home, env=_env(home))
+    return run.returncode, run.stdout, run.stderr
 
 
 def _view(folder: Path) -> tuple[dict, dict[str, dict]]:

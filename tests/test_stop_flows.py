@@ -19,16 +19,13 @@ flows in tests/test_qwen_coder.py.
 
 from __future__ import annotations
 
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 
-from lm_eval_toolfid.cli import main
 
-from .lm_eval_helpers import lm_eval_here, read_run, toolfid_meta
+from .lm_eval_helpers import lm_eval_here, read_run, toolfid_here, toolfid_meta
 from .lora_recipes import zero_lora
 
 pytestmark = pytest.mark.slow
@@ -38,20 +35,9 @@ N = len(CASES)
 COMMON = ["--limit", str(N), "--batch_size", str(N)]
 
 
-class Run:
-    """What a toolfid command run in process left: its exit code and its stderr."""
-
-    def __init__(self, returncode: int, stderr: str) -> None:
-        self.returncode, self.stderr = returncode, stderr
-
-
-def _toolfid(args: list[str], home: Path) -> Run:
+def _toolfid(args: list[str], home: Path):
     """``toolfid ARGS`` through the CLI's entry point, in this process, with ``TOOLFID_HOME=home``."""
-    err = io.StringIO()
-    with pytest.MonkeyPatch.context() as mp, redirect_stdout(io.StringIO()), redirect_stderr(err):
-        mp.setenv("TOOLFID_HOME", str(home))
-        code = main([str(a) for a in args])
-    return Run(code, err.getvalue())
+    return toolfid_here(args, home)
 
 
 def _cases_file(path: Path) -> Path:
