@@ -59,13 +59,22 @@ def test_server_down_at_start_is_one_line(home: Path, tmp_path: Path) -> None:
 
 
 def test_a_served_pair_scores_and_reports_what_came_back(home: Path, tmp_path: Path) -> None:
-    fake = Fake(models=[{"id": "fake-base"}, {"id": "fake-ad", "parent": "fake-base"}])
+    """The base and the adapter asked together in one pool (the base's first request answered 2.5 s late: the
+    adapter's requests are all sent meanwhile, not after the base view)."""
+    fake = Fake(models=[{"id": "fake-base"}, {"id": "fake-ad", "parent": "fake-base"}],
+                plan=lambda n, body: "slow" if n == 0 else None)
     url, stop = serve(fake)
     try:
-        code, stdout, err = _main(_run(url, tmp_path / "out"))
+        code, stdout, err = _main(_run(url, tmp_path / "out", "--concurrency", "4"))
     finally:
         stop()
     assert code == 0, err[-2000:]
+    slow_sent = fake.answered_at[0][0]
+    adapter_sent = [t for t, model in fake.answered_at if model == "fake-ad"]
+    assert fake.answered_at[0][1] == "fake-base" and len(adapter_sent) == N_CASES
+    assert max(adapter_sent) < slow_sent + 2.0, (slow_sent, adapter_sent)  # before the base's first answer came
+    assert f"base + ad, asked together: 2 × {N_CASES} cases in" in err, err
+    assert f"ad: {N_CASES} cases (asked above, together with base)" in err, err
     report = json.loads(stdout)
     assert report["adapters"]["ad"]["metrics"]["base_json_valid_rate"] is not None  # paired
     assert len(fake.requests) == 2 * N_CASES

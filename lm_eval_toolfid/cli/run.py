@@ -65,8 +65,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, ServerError) as exc:
         progress.close()
         saved = sorted(p.parent.name for p in out.glob("*/manifest.json"))
+        journaled = sorted(p.stem for p in (out / ".served").glob("*.jsonl") if p.stat().st_size)
+        asked = f"; the answers so far of {', '.join(journaled)} in {out}/.served/" if journaled else ""
         why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"error: {exc}"
-        print(f"\ntoolfid: {why}; finished views kept in {out}/ ({', '.join(saved) or 'none yet'}). "
+        print(f"\ntoolfid: {why}; finished views kept in {out}/ ({', '.join(saved) or 'none yet'}){asked}. "
               f"Resume with: {_resume_hint(args, out)}", file=sys.stderr)
         if isinstance(exc, ServerAuthError):  # served: a refused key (401/403), exit 7
             return exc.exit_code

@@ -49,6 +49,8 @@ class Progress:
         self.together: list[list[str]] = []
         """The labels of each group of views decoded in one engine run (set by the session that runs them): the
         first view of a group does the decoding of all, the others take their answers from it."""
+        self.together_verb = "decoded"
+        """What a group's first view did for all (``asked``: a server's requests sent in one pool)."""
 
     # --- events --------------------------------------------------------------------------
 
@@ -118,10 +120,10 @@ class Progress:
         if group is None:
             self.message(f"{where} {label}: {n} cases in {_clock(seconds)}{rate}")
         elif group[0] == label:
-            self.message(f"{where} {' + '.join(group)}, decoded together: {len(group)} × {n} cases in "
+            self.message(f"{where} {' + '.join(group)}, {self.together_verb} together: {len(group)} × {n} cases in "
                          f"{_clock(seconds)}{rate}")
         else:
-            self.message(f"{where} {label}: {n} cases (decoded above, together with {group[0]})")
+            self.message(f"{where} {label}: {n} cases ({self.together_verb} above, together with {group[0]})")
         self.flush_notes()
 
     def note(self, text: str) -> None:

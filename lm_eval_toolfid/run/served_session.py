@@ -17,7 +17,7 @@ from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.pairing.served import model_card
 from lm_eval_toolfid.reporting.view_store import ViewResult
 from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan, ServedOptions, View
-from lm_eval_toolfid.run.views import evaluate_view
+from lm_eval_toolfid.run.views import evaluate_view, view_requests
 from lm_eval_toolfid.serving.client import list_models
 
 
@@ -61,23 +61,39 @@ class ServedSession:
         raise ToolfidError("null calibration runs in process (the session must load the base)")
 
     def evaluate(self, views: Sequence[View], plan: RunPlan) -> Iterator[ViewResult]:
-        """Each view in order; its answers are journaled as they arrive (``OUT/.served/LABEL.jsonl``, resumed
-        with ``plan.resume``) until the caller has saved the view."""
+        """Every view's requests asked at once, in one pool of ``--concurrency`` (a server that batches across
+        LoRAs computes the base and the adapters in one stream), by the first view's generation call; each answer
+        journaled in its own view's journal as it arrives (``OUT/.served/LABEL.jsonl``, resumed with
+        ``plan.resume``). Then each view in order is an ordinary ``simple_evaluate`` that finds its answers there;
+        a journal goes once its view is saved."""
         from lm_eval_toolfid.integrations.lm_eval.served_model import ToolfidServerLM
+        from lm_eval_toolfid.serving.client import Journal
 
         model_args_base = self.options.model_args()
+        lms, asked, journals = [], [], []
         for view in views:
             name = view.adapter or self.base
             journal = plan.out_dir / ".served" / f"{view.label}.jsonl" if plan.out_dir is not None else None
             lm = ToolfidServerLM(model=name, journal=str(journal) if journal else None, resume=plan.resume,
                                  **model_args_base, **self.options.request_options())
-            if self.progress is not None:
-                t0 = time.monotonic()
-                lm.answer_hook = lambda answer, t0=t0: self.progress.engine_row(answer.tokens, time.monotonic() - t0)
+            lm.answers = Journal(journal, resume=plan.resume)  # opened once: the views asked together share it
             # adapter views name the base whose reference they pair with; the manifest keeps the view's own settings
-            asked = dataclasses.replace(view, metadata={**view.metadata, "base_model": self.base}) if view.adapter \
-                else view
-            yield evaluate_view(lm, {"model": name, **model_args_base}, asked, plan.task, plan.limit, self.progress,
-                                self.verbose)
+            asked.append(dataclasses.replace(view, metadata={**view.metadata, "base_model": self.base})
+                         if view.adapter else view)
+            lms.append(lm)
+            journals.append(journal)
+        if len(views) > 1:  # the later views' requests, built by the task as their own runs will build them
+            lms[0].companions = [lm.asks(view_requests({"model": lm.model_name, **model_args_base}, view, plan.task,
+                                                       plan.limit, self.progress, self.verbose))
+                                 for lm, view in zip(lms[1:], asked[1:])]
+            if self.progress is not None:
+                self.progress.together.append([view.label for view in views])
+                self.progress.together_verb = "asked"
+        t0 = time.monotonic()
+        for lm, view, journal in zip(lms, asked, journals):
+            if self.progress is not None:
+                lm.answer_hook = lambda answer: self.progress.engine_row(answer.tokens, time.monotonic() - t0)
+            yield evaluate_view(lm, {"model": lm.model_name, **model_args_base}, view, plan.task, plan.limit,
+                                self.progress, self.verbose)
             if journal is not None and journal.is_file():
                 journal.unlink()  # the saved view supersedes it

@@ -116,8 +116,9 @@ def request_key(model: str, api: str, payload: dict[str, Any]) -> str:
 
 
 class Journal:
-    """Answers appended as they arrive (JSON lines). ``resume``: the answers a stopped run of the same view left
-    are read back; otherwise an old journal is started afresh."""
+    """Answers appended as they arrive (JSON lines; kept in memory too, and only there when ``path`` is None).
+    ``resume``: the answers a stopped run of the same view left are read back; otherwise an old journal is
+    started afresh."""
 
     def __init__(self, path: str | Path | None, resume: bool = True) -> None:
         self.path = Path(path) if path else None
@@ -134,9 +135,10 @@ class Journal:
                     continue  # a line torn by a kill mid-write: that request is asked again
 
     def add(self, key: str, answer: ServedAnswer) -> None:
-        if self.path is None:
-            return
         with self._lock:
+            self.done[key] = answer
+            if self.path is None:
+                return
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"key": key, "answer": asdict(answer)}, ensure_ascii=False) + "\n")
@@ -310,42 +312,67 @@ def list_models(base_url: str, connection: Connection | None = None) -> list[dic
     return [e for e in entries if isinstance(e, dict)]
 
 
+@dataclass
+class Asks:
+    """One model's requests for :func:`ask_many`: its client, its payloads and the journal its answers go to."""
+
+    client: ServerClient
+    payloads: list[dict[str, Any]]
+    journal: Journal
+
+
 def ask_all(client: ServerClient, payloads: list[dict[str, Any]], journal: Journal, concurrency: int | None = None,
             on_answer: Callable[[int, ServedAnswer], None] | None = None) -> list[ServedAnswer]:
     """Every payload answered (journal first), at most ``concurrency`` in flight (the connection's by default;
     fewer while the server refuses); on a :class:`ServerError` the requests in flight finish, their answers are
     journaled, and the error is raised."""
-    keys = [request_key(client.model, client.api, p) for p in payloads]
-    out: list[ServedAnswer | None] = [journal.done.get(k) for k in keys]
-    todo = [i for i, a in enumerate(out) if a is None]
+    hook = (lambda _job, i, a: on_answer(i, a)) if on_answer is not None else None
+    return ask_many([Asks(client, payloads, journal)], concurrency, hook)[0]
+
+
+def ask_many(jobs: Sequence[Asks], concurrency: int | None = None,
+             on_answer: Callable[[int, int, ServedAnswer], None] | None = None) -> list[list[ServedAnswer]]:
+    """:func:`ask_all` for several models of one server at once (the base and its adapters: a server that batches
+    across LoRAs computes them in one stream, with no lull between views): one pool of at most ``concurrency``
+    requests in flight (the first job's connection's by default), sent job after job (the next job's requests go
+    out as the last of the one before are still answered), each answer journaled in its own job's journal;
+    ``on_answer(job, i, answer)``."""
+    keys = [[request_key(job.client.model, job.client.api, p) for p in job.payloads] for job in jobs]
+    out: list[list[ServedAnswer | None]] = [[job.journal.done.get(k) for k in ks] for job, ks in zip(jobs, keys)]
+    todo = [(j, i) for j, answers in enumerate(out) for i, a in enumerate(answers) if a is None]
     failure: list[ServerError] = []
     stop = threading.Event()
-    width = max(1, int(concurrency if concurrency is not None else client.connection.concurrency))
+    width = max(1, int(concurrency if concurrency is not None else
+                       (jobs[0].client.connection.concurrency if jobs else 1)))
     limit = AdaptiveLimit(width)
 
-    def one(i: int) -> None:
+    def one(j: int, i: int) -> None:
         if stop.is_set():
             return
+        job = jobs[j]
         try:
-            answer = client.ask(payloads[i], limit, stop)
+            answer = job.client.ask(job.payloads[i], limit, stop)
         except ServerError as exc:
             if not stop.is_set():
                 failure.append(exc)
                 stop.set()
             return
-        out[i] = answer
-        journal.add(keys[i], answer)
+        out[j][i] = answer
+        job.journal.add(keys[j][i], answer)
         if on_answer is not None:
-            on_answer(i, answer)
+            on_answer(j, i, answer)
 
-    with ThreadPoolExecutor(max_workers=width) as pool:
-        for future in [pool.submit(one, i) for i in todo]:
-            future.result()
+    if todo:
+        with ThreadPoolExecutor(max_workers=width) as pool:
+            for future in [pool.submit(one, j, i) for j, i in todo]:
+                future.result()
     if limit.lowest < width:
         log.warning("tool_use_fidelity: the server refused requests (rate limits): %d in flight at the lowest, "
                     "%d asked for", limit.lowest, width)
     if failure:
-        kept = sum(a is not None for a in out)
-        where = f"; {kept} answers kept in {journal.path}" if journal.path is not None else ""
+        kept = sum(a is not None for answers in out for a in answers)
+        paths = sorted({str(job.journal.path.parent if len(jobs) > 1 else job.journal.path)
+                        for job in jobs if job.journal.path is not None})
+        where = f"; {kept} answers kept in {', '.join(paths)}" if paths else ""
         raise type(failure[0])(f"{failure[0]}{where}")
-    return [a for a in out if a is not None]
+    return [[a for a in answers if a is not None] for answers in out]

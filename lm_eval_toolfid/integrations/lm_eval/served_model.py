@@ -28,7 +28,7 @@ from lm_eval.api.registry import register_model
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.flags import parse_flag
 from lm_eval_toolfid.integrations.lm_eval.hints import hints_of
-from lm_eval_toolfid.serving.client import Journal, ServedAnswer, ServerClient, ask_all
+from lm_eval_toolfid.serving.client import Asks, Journal, ServedAnswer, ServerClient, ask_many
 from lm_eval_toolfid.serving.connection import Connection, connection_from_model_args, remember
 
 log = logging.getLogger("lm_eval.toolfid")
@@ -68,6 +68,17 @@ class ToolfidServerLM(LM):
         self.tokenizer_source = tokenizer
         self.answer_hook: Any = None
         """Called ``(answer)`` as each answer arrives (``toolfid run``'s progress line)."""
+        self.answers: Journal | None = None
+        """The view's journal when its owner opened it beforehand (``toolfid run --server`` shares it with the view
+        that asks for this one); None: opened from ``journal`` and ``resume`` at each ``generate_until``."""
+        self.companions: list[Asks] = []
+        """Other views' requests asked together with this view's, in one pool (``toolfid run --server``: the base
+        and every adapter at once); asked once, by the next ``generate_until``."""
+
+    def asks(self, requests: list[Any]) -> Asks:
+        """This model's payloads for ``requests`` and the journal their answers go to."""
+        journal = self.answers if self.answers is not None else Journal(self.journal_path, resume=self.resume)
+        return Asks(self.client, [self._payload(r) for r in requests], journal)
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict[str, Any] | None = None) -> Any:
@@ -92,14 +103,14 @@ class ToolfidServerLM(LM):
         return self.client.payload(prompt, max_tokens, [u for u in until if u])
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-        payloads = [self._payload(r) for r in requests]
-        journal = Journal(self.journal_path, resume=self.resume)
-        hook = self.answer_hook
+        own, companions, hook = self.asks(requests), self.companions, self.answer_hook
+        self.companions = []
         try:
-            answers = ask_all(self.client, payloads, journal, self.concurrency,
-                              on_answer=(lambda i, a: hook(a)) if hook is not None else None)
+            answers = ask_many([own, *companions], self.concurrency,
+                               on_answer=(lambda j, i, a: hook(a)) if hook is not None else None)[0]
         finally:
-            self.client.close()
+            for job in (own, *companions):
+                job.client.close()
         for request, answer in zip(requests, answers):
             request.toolfid_served = served_info(answer)
         return [a.text for a in answers]
