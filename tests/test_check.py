@@ -1,15 +1,20 @@
-"""``toolfid check``: scoring generations without a model, through the installed CLI."""
+"""``toolfid check``: scoring generations without a model (the CLI entry point in process; the installed console
+script where stdin, streaming and pipes are what is tested)."""
 
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
 
 from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.cases.load import load_cases
+from lm_eval_toolfid.cli import main
 
 from .conftest import SHARED
 from .lm_eval_helpers import BIN, lm_eval_in_process, metrics, read_run
@@ -41,8 +46,23 @@ EXAMPLES = {
 }
 
 
-def check(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+def check_console(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """The installed console script in its own process (stdin a real pipe)."""
     return subprocess.run([TOOLFID, "check", *args], input=stdin, capture_output=True, text=True, timeout=120)
+
+
+def check(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """``toolfid check ARGS`` through the CLI's entry point in this process (what it computes and prints, without
+    a new interpreter's imports); stdin, when given, is what the command reads. The console script itself:
+    :func:`check_console` (stdin, pipes, streaming)."""
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, redirect_stdout(out), redirect_stderr(err):
+        mp.setattr(sys, "stdin", io.StringIO(stdin or ""))
+        try:
+            code = main(["check", *args])
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(["toolfid", "check", *args], code, out.getvalue(), err.getvalue())
 
 
 def _examples() -> dict[str, tuple[str, tuple]]:
@@ -129,7 +149,7 @@ def test_samples_rescoring_matches_the_lm_eval_run(tmp_path):
     cases = tmp_path / "cases.jsonl"
     subset = load_cases("fixture")[:12]
     cases.write_text("".join(json.dumps(c.model_dump(mode="json", exclude_none=True)) + "\n" for c in subset))
-    # the run in this process (its samples file is what is re-scored); `check` below is the console script
+    # the run in this process (its samples file is what is re-scored), then `check` in this process too
     code, err = lm_eval_in_process(f"pretrained={fix['base']},peft={fix['adapters']['broken']}", tmp_path / "run",
                                    tmp_path / "home", metadata={"cases": str(cases)})
     assert code == 0, err[-3000:]
@@ -162,23 +182,23 @@ def test_dash_reads_one_generation_from_stdin(tmp_path):
     as the generation text itself)."""
     tools = json.dumps(TOOLS)
     for argv in (("-",), ("--file", "-")):
-        proc = check(*argv, "--tools", tools, "--json", stdin=HERMES_CALL)
+        proc = check_console(*argv, "--tools", tools, "--json", stdin=HERMES_CALL)
         assert proc.returncode == 0, (argv, proc.stdout, proc.stderr)
         out = json.loads(proc.stdout)
         assert (out["kind"], out["name"], out["arguments"]) == ("valid", "get_weather", CALL["arguments"])
         # a multi-line generation is one text, even when its lines look like JSONL
-        two = check(*argv, "--tools", tools, "--json", stdin=J + "\n" + json.dumps({"text": "x"}) + "\n")
+        two = check_console(*argv, "--tools", tools, "--json", stdin=J + "\n" + json.dumps({"text": "x"}) + "\n")
         assert json.loads(two.stdout)["n_calls"] >= 1 and "results" not in json.loads(two.stdout)
     # empty stdin is an input error in one line; an empty generation is checked as ''
     for argv in (("-",), ("--file", "-")):
-        proc = check(*argv, "--tools", tools, stdin="")
+        proc = check_console(*argv, "--tools", tools, stdin="")
         assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and "<stdin>: empty" in proc.stderr
-    proc = check("", "--tools", tools, "--json")
+    proc = check_console("", "--tools", tools, "--json")
     assert proc.returncode == 1 and json.loads(proc.stdout)["kind"] == "no_call"
     # '-' and JSONL on stdin: JSONL is read only when no TEXT is given
     lines = json.dumps({"text": J, "tools": TOOLS, "gold_tool_name": "get_weather"}) + "\n"
-    assert json.loads(check("--json", stdin=lines * 2).stdout)["summary"]["n"] == 2
-    assert check("-", "--file", str(tmp_path / "x"), stdin=J).returncode == 4
+    assert json.loads(check_console("--json", stdin=lines * 2).stdout)["summary"]["n"] == 2
+    assert check_console("-", "--file", str(tmp_path / "x"), stdin=J).returncode == 4
 
 
 def _bfcl_case_file(tmp_path):
