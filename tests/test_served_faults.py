@@ -292,3 +292,44 @@ def test_lm_evals_chat_completions_class_is_refused_in_one_line(home: Path, tmp_
     finally:
         stop()
     assert code == 4 and "api=chat" in err and "Traceback" not in err, err[-2000:]
+
+
+def test_engine_check_reports_what_the_engine_moves_by_itself(home: Path, tmp_path: Path) -> None:
+    """``--engine-check``: the base asked again after the adapter. A server that answers the repeat of two base
+    prompts otherwise (cut short) moves 2 of 4 cases by itself; the adapter changed one case, one of those two:
+    the check, the adapter's count and its verdict's note say so; --resume reuses the check."""
+    seen: dict[tuple[str, str], int] = {}
+    first_prompts: list[str] = []
+
+    def plan(n: int, body: dict) -> str | None:
+        key = (str(body.get("model")), str(body.get("prompt")))
+        seen[key] = seen.get(key, 0) + 1
+        if body.get("model") == "fake-base" and seen[key] == 1:
+            first_prompts.append(key[1])
+        if body.get("model") == "fake-base" and seen[key] == 2 and key[1] in first_prompts[:2]:
+            return "cut"  # the engine moves these two
+        if body.get("model") == "fake-ad" and key[1] == first_prompts[0]:
+            return "cut"  # the adapter changes this one
+        return None
+
+    url, stop = serve(Fake(plan=plan))
+    out = tmp_path / "out"
+    try:
+        code, stdout, err = _main(_run(url, out, "--limit", "4", "--concurrency", "1", "--engine-check"))
+        assert code in (0, 1, 2), err[-2000:]
+        report = json.loads(stdout)
+        assert report["engine_check"]["n"] == 4 and report["engine_check"]["identical"] == 2, report["engine_check"]
+        ad = report["adapters"]["ad"]
+        assert ad["engine_check"]["changed"] == 1 and ad["engine_check"]["moved_by_engine"] == 1, ad["engine_check"]
+        assert any("the engine, not the adapter, moves those" in n for n in ad["verdict"]["notes"]), ad["verdict"]
+        saved = json.loads((out / "engine_check.json").read_text())
+        assert len(saved["changed_cases"]) == 2
+        asked = len(seen)
+        code, text, err = _main([a for a in _run(url, out, "--limit", "4", "--engine-check", "--resume")
+                                 if a != "--json"])
+    finally:
+        stop()
+    assert code in (0, 1, 2), err[-2000:]
+    assert len(seen) == asked and sum(seen.values()) == 12  # nothing asked again: every view and the check reused
+    assert "engine check: the base run twice gave the same output on 2/4 cases (0.500)" in text, text
+    assert "ad: 1 of the 1 cases this adapter changed are cases the engine moves by itself" in text, text

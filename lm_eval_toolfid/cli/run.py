@@ -96,7 +96,8 @@ def _plan(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadat
     if args.null_runs:
         calibration = CalibrationSpec(runs=args.null_runs, out=out / "calibration.json", seed=args.seed)
     return RunPlan(base=args.base, adapters=adapters, task=args.task, metadata=metadata, models=models, out_dir=out,
-                   limit=args.limit, resume=args.resume, calibration=calibration, verbose=args.verbose)
+                   limit=args.limit, resume=args.resume, calibration=calibration,
+                   engine_check=bool(getattr(args, "engine_check", False)), verbose=args.verbose)
 
 
 def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any]) -> int:
@@ -201,6 +202,10 @@ def add_run_options(p: argparse.ArgumentParser, adapters: bool = False, served: 
     gating.add_argument("--gate", action="store_true",
                         help="exit 1 if any adapter fails its verdict, 2 if any is undecided (and none failed)")
     gating.add_argument("--junit", metavar="FILE", help="write JUnit XML (one testcase per adapter × gate)")
+    gating.add_argument("--engine-check", dest="engine_check", action="store_true",
+                        help="run the base a second time after the other views and report how many outputs the "
+                             "engine itself changes (batched engines and servers may not repeat themselves); where "
+                             "it changes any, each adapter's verdict says how many of its changes those are")
     gating.add_argument("--check-stops", dest="check_stops", type=int, default=0, metavar="N",
                         help="decode N cases of each view on past the early stop at the end of the call and check "
                              "that no scored answer changes; exit 3 if one does (metadata key check_stops)")

@@ -12,6 +12,8 @@ from typing import Any
 
 from lm_eval_toolfid.reporting.load import Run, read_run
 from lm_eval_toolfid.reporting.results import RunRow, row_from_results
+from lm_eval_toolfid.scoring import engine_noise
+from lm_eval_toolfid.scoring.engine_noise import EngineCheck
 
 
 @dataclass(frozen=True)
@@ -31,10 +33,14 @@ def report_run(options: ReportOptions, out: Path, base_view: Any, views: list[An
     gate reads."""
     rows = [row_from_results(v.results, v.label, options.task) for v in views]
     base_row = row_from_results(base_view.results, "base", options.task)
+    check = read_engine_check(out, base_view.all_samples())
+    notes = engine_notes(check, views) if check is not None else {}
     if options.json:
-        print(json_report(base_row, rows))
+        print(json_report(base_row, rows, check, notes))
     else:
         print_screen(options, base_row, rows)
+        if check is not None:
+            print_engine_check(check, notes)
     runs = [read_run(v.path) for v in views if v.path is not None]
     if not options.json and options.breakdown:
         base_runs = [read_run(base_view.path)] if base_view.path is not None else []
@@ -46,10 +52,59 @@ def report_run(options: ReportOptions, out: Path, base_view: Any, views: list[An
     return runs
 
 
-def json_report(base_row: RunRow, rows: list[RunRow]) -> str:
-    """``--json``: the base's metrics and each adapter's metrics and toolfid record."""
-    return json.dumps({"base": base_row.metrics, "adapters": {r.label: {"metrics": r.metrics, **r.toolfid}
-                                                             for r in rows}}, indent=2, default=str)
+def json_report(base_row: RunRow, rows: list[RunRow], check: EngineCheck | None = None,
+                notes: dict[str, dict[str, Any]] | None = None) -> str:
+    """``--json``: the base's metrics and each adapter's metrics and toolfid record; with ``--engine-check``, the
+    check (``engine_check``) and, per adapter, how many of its changed cases the engine moves by itself (and
+    the note its verdict gets where that is any)."""
+    adapters: dict[str, Any] = {}
+    for r in rows:
+        entry: dict[str, Any] = {"metrics": r.metrics, **r.toolfid}
+        extra = (notes or {}).get(r.label)
+        if extra is not None:
+            entry["engine_check"] = extra
+            if extra.get("note") and isinstance(entry.get("verdict"), dict):
+                entry["verdict"] = {**entry["verdict"], "notes": [*entry["verdict"].get("notes", []), extra["note"]]}
+        adapters[r.label] = entry
+    report: dict[str, Any] = {"base": base_row.metrics, "adapters": adapters}
+    if check is not None:
+        report["engine_check"] = check.to_dict()
+    return json.dumps(report, indent=2, default=str)
+
+
+def read_engine_check(out: Path, base_samples: list[Any]) -> EngineCheck | None:
+    """``OUT/engine_check.json`` when it compared this base run (None: no check, or one of another base run)."""
+    path = out / engine_noise.FILE
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if saved.get("base_texts") != engine_noise.text_digest(engine_noise.sample_texts(base_samples)):
+            return None
+        return engine_noise.EngineCheck.from_dict(saved)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def engine_notes(check: EngineCheck, views: list[Any]) -> dict[str, dict[str, Any]]:
+    """Per adapter view: the cases it changed, how many of them the engine moves by itself, the verdict's note."""
+    out: dict[str, dict[str, Any]] = {}
+    for view in views:
+        changed, moved = engine_noise.moved_by_engine(check, view.all_samples())
+        out[view.label] = {"changed": changed, "moved_by_engine": moved,
+                           "note": engine_noise.adapter_note(check, changed, moved)}
+    return out
+
+
+def print_engine_check(check: EngineCheck, notes: dict[str, dict[str, Any]]) -> None:
+    """The engine check under the table: its line, then each adapter's note where the engine moves cases."""
+    print("\n" + engine_noise.summary_line(check))
+    if check.changed:
+        shown = ", ".join(check.changed[:5]) + (", …" if len(check.changed) > 5 else "")
+        print(f"  moved by the engine: {shown} (all in {engine_noise.FILE})")
+    for label, extra in notes.items():
+        if extra.get("note"):
+            print(f"  {label}: {extra['note']}")
 
 
 def print_screen(options: ReportOptions, base_row: RunRow, rows: list[RunRow]) -> None:

@@ -28,6 +28,16 @@ class ViewResult:
     samples: list[dict[str, Any]] = field(default_factory=list)
     path: Path | None = None
 
+    def all_samples(self) -> list[dict[str, Any]]:
+        """The samples: in memory, or (a view reused by ``--resume``) read back from ``samples.jsonl``."""
+        if self.samples or self.path is None:
+            return self.samples
+        try:
+            lines = (self.path.parent / "samples.jsonl").read_text(encoding="utf-8").splitlines()
+            return [json.loads(line) for line in lines if line.strip()]
+        except (OSError, ValueError):
+            return []
+
 
 def view_manifest(base: str, adapter: str | None, task: str, metadata: dict[str, Any],
                   model_args: dict[str, Any] | None = None, limit: int | None = None) -> dict[str, Any]:

@@ -44,6 +44,7 @@ class ServedOptions:
 
 
 Models = Union[ModelOptions, ServedOptions]
+ENGINE_CHECK_LABEL = "base-again"
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,9 @@ class RunPlan:
     """Reuse the views already saved in ``out_dir`` with the same manifest."""
     calibration: CalibrationSpec | None = None
     """Null calibration between the base view and the adapter views (``--null-runs``)."""
+    engine_check: bool = False
+    """Run the base a second time after the other views and compare (``--engine-check``:
+    :mod:`lm_eval_toolfid.scoring.engine_noise`)."""
     verbose: bool = True
 
     def base_view(self) -> View:
@@ -106,7 +110,11 @@ class RunPlan:
         meta = dict(self.metadata if metadata is None else metadata)
         return [View(label, adapter, meta) for label, adapter in self.adapters.items()]
 
+    def engine_check_view(self) -> View:
+        """The base again (``--engine-check``): its own label and journal, no reference written."""
+        return View(ENGINE_CHECK_LABEL, None, {**self.metadata, "write_reference": False})
+
     def progress_labels(self) -> list[str]:
         """The views a progress display counts, in the order they run."""
         nulls = self.calibration.progress_labels() if self.calibration is not None else []
-        return ["base", *nulls, *self.adapters]
+        return ["base", *nulls, *self.adapters, *([ENGINE_CHECK_LABEL] if self.engine_check else [])]

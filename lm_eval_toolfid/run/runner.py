@@ -9,11 +9,14 @@ run several views at once and yield them as they finish."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from lm_eval_toolfid.reporting.view_store import ViewResult, load_saved_view, save_view, view_manifest
 from lm_eval_toolfid.run.nulls import check_calibration
 from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan, ServedOptions, View
+from lm_eval_toolfid.scoring import engine_noise
+from lm_eval_toolfid.scoring.engine_noise import EngineCheck
 
 
 class ViewSession(Protocol):
@@ -63,12 +66,46 @@ def run_plan(plan: RunPlan, session: ViewSession | None = None,
     if plan.calibration is None:  # every view at once: a session may decode them together
         todo = [view for view in [plan.base_view(), *plan.adapter_views()] if view.label not in done]
         done.update({result.label: result for result in _evaluate(session, todo, plan, progress)} if todo else {})
-        return done["base"], [done[label] for label in plan.adapters]
-    base = done.get("base") or _evaluate(session, [plan.base_view()], plan, progress)[0]
-    metadata: Mapping[str, Any] = session.calibrate(plan.calibration, plan)
-    todo = [view for view in plan.adapter_views(metadata) if view.label not in done]
-    ran = {result.label: result for result in _evaluate(session, todo, plan, progress)} if todo else {}
-    return base, [done.get(label) or ran[label] for label in plan.adapters]
+        base, adapters = done["base"], [done[label] for label in plan.adapters]
+    else:
+        base = done.get("base") or _evaluate(session, [plan.base_view()], plan, progress)[0]
+        metadata: Mapping[str, Any] = session.calibrate(plan.calibration, plan)
+        todo = [view for view in plan.adapter_views(metadata) if view.label not in done]
+        ran = {result.label: result for result in _evaluate(session, todo, plan, progress)} if todo else {}
+        adapters = [done.get(label) or ran[label] for label in plan.adapters]
+    if plan.engine_check:
+        check_engine(session, plan, base, progress)
+    return base, adapters
+
+
+def check_engine(session: ViewSession, plan: RunPlan, base: ViewResult, progress: Any = None) -> EngineCheck:
+    """``--engine-check``: the base run again, after every other view, compared with the first run case by case;
+    written to ``OUT/engine_check.json`` (reused by ``--resume`` when the base view and its settings are the
+    same)."""
+    view = plan.engine_check_view()
+    path = plan.out_dir / engine_noise.FILE if plan.out_dir is not None else None
+    manifest = _manifest(plan, view, session.manifest_args)
+    first = engine_noise.sample_texts(base.all_samples())
+    if plan.resume and path is not None and path.is_file():
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            if saved.get("manifest") == json.loads(json.dumps(manifest, default=str)) and \
+                    saved.get("base_texts") == engine_noise.text_digest(first):
+                if progress is not None:
+                    progress.view_skipped(view.label, f"reusing {path}")
+                return engine_noise.EngineCheck.from_dict(saved)
+        except (ValueError, KeyError, TypeError):
+            pass  # unreadable: run it again
+    again = list(session.evaluate([view], plan))[0]  # to its end: the session tidies up after the view
+    if progress is not None:
+        progress.view_finished(view.label, len(again.samples))
+    check = engine_noise.compare_runs(first, engine_noise.sample_texts(again.samples))
+    if path is not None:
+        from lm_eval_toolfid.core.fsutil import atomic_write_text
+
+        atomic_write_text(path, json.dumps({"manifest": manifest, "base_texts": engine_noise.text_digest(first),
+                                            **check.to_dict()}, indent=2, default=str) + "\n")
+    return check
 
 
 def saved_views(plan: RunPlan, manifest_args: dict[str, Any], progress: Any = None) -> dict[str, ViewResult]:
