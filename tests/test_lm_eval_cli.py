@@ -176,8 +176,9 @@ def test_base_samples_override_pairs_without_the_store(two_run_flow, tmp_path):
 
 
 def test_no_reference_means_adapter_metrics_and_one_warning(tmp_path):
+    # 4 cases: an empty store has no reference of any case set, so the fewest cases show the unpaired run
     proc = lm_eval_here(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "o",
-                       tmp_path / "empty-home", metadata={"demos": 1})
+                       tmp_path / "empty-home", metadata={"demos": 1}, extra=["--limit", "4"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "o")
     m = metrics(results)
@@ -344,8 +345,10 @@ def test_with_a_prompt_the_base_cannot_follow_no_adapter_passes(tmp_path, monkey
     from lm_eval_toolfid.run.runner import run_plan
 
     monkeypatch.setenv("TOOLFID_HOME", str(tmp_path / "home"))
+    # 16 of the 72 cases (the adapters pair with the base's subset reference): the base follows almost none
     base, views = run_plan(RunPlan(FIX["base"], dict(FIX["adapters"]), FIXTURE_TASK, {"prompt_style": "raw"},
-                                   models=ModelOptions(batch_size=16)))
+                                   models=ModelOptions(batch_size=16), limit=16))
+    assert len(base.samples) == 16
     assert row_from_results(base.results, "base", FIXTURE_TASK).metric("json_valid_rate") < 0.2
     labels = {v.label: row_from_results(v.results, v.label, FIXTURE_TASK).verdict["label"] for v in views}
     assert set(labels.values()) == {"UNDECIDED"}, labels
