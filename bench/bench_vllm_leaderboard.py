@@ -91,8 +91,8 @@ def part_served(base: str, cases: str, adapters: dict[str, str], concurrency: in
     from concurrent.futures import ThreadPoolExecutor
     import urllib.request
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    from vllm_helpers import VllmServer
+    sys.path.insert(0, str(ROOT))
+    from tests.vllm_helpers import VllmServer
 
     prompts = _prompts(base, cases)
     log = Path(tempfile.mkdtemp(prefix="vllm-bench-")) / "server.log"
