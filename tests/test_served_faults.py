@@ -81,6 +81,39 @@ def test_a_served_pair_scores_and_reports_what_came_back(home: Path, tmp_path: P
     assert code == 0 and any(r.get("adapter") == "fake-ad" and r.get("model") == "fake-base" for r in rows), stdout
     code, _, err = _main(["gate", str(tmp_path / "out")])
     assert code in (0, 1, 2) and "ad" in err + _
+    # every view records lm-eval's environment block (collected once per process: run/views.py)
+    envs = {json.loads((tmp_path / "out" / label / "results.json").read_text())["pretty_env_info"]
+            for label in ("base", "ad")}
+    assert len(envs) == 1 and "PyTorch version" in envs.pop()
+
+
+def test_lm_evals_environment_is_collected_once_per_process_and_copied_into_each_view(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """lm-eval's ``add_env_info`` runs torch's collect_env (a ``pip list`` subprocess) for every
+    ``simple_evaluate``: a run of N views collects it once (per working directory, whose parent's git hash it
+    records) and gives each view its own copy of the same keys."""
+    import os
+
+    from lm_eval_toolfid.run.views import _env_info_once
+
+    calls: list[str] = []
+
+    def collect(storage: dict) -> None:
+        calls.append(os.getcwd())
+        storage.update(pretty_env_info=f"env {len(calls)}", upper_git_hash=None, nested={"k": 1})
+
+    once = _env_info_once(collect)
+    first, second = {"results": 1}, {}
+    once(first)
+    once(second)
+    assert calls == [os.getcwd()]
+    assert first == {"results": 1, "pretty_env_info": "env 1", "upper_git_hash": None, "nested": {"k": 1}}
+    first["nested"]["k"] = 2  # a view's copy is its own
+    assert second == {"pretty_env_info": "env 1", "upper_git_hash": None, "nested": {"k": 1}}
+    monkeypatch.chdir(tmp_path)
+    elsewhere: dict = {}
+    once(elsewhere)
+    assert len(calls) == 2 and elsewhere["pretty_env_info"] == "env 2"
 
 
 def test_transient_failures_are_retried(home: Path, tmp_path: Path) -> None:
@@ -283,3 +316,22 @@ def test_lm_evals_chat_completions_class_is_refused_in_one_line(home: Path, tmp_
     finally:
         stop()
     assert code == 4 and "api=chat" in err and "Traceback" not in err, err[-2000:]
+
+
+def test_quieting_lm_eval_imports_nothing_a_served_run_does_not_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A served run silences lm-eval's bars in the modules it loaded; lm-eval's HF model module (and with it
+    transformers' model classes, ~1 s of a served run's start) is not imported just to be silenced, and a module
+    that is loaded has its bar swapped for the view's progress and given back after."""
+    import io
+    import sys
+
+    import lm_eval.api.task
+
+    from lm_eval_toolfid.reporting.progress import Progress, quiet_lm_eval
+
+    monkeypatch.delitem(sys.modules, "lm_eval.models.huggingface", raising=False)
+    original = lm_eval.api.task.tqdm
+    with quiet_lm_eval(Progress(["base"], stream=io.StringIO(), live=False)):
+        assert "lm_eval.models.huggingface" not in sys.modules
+        assert lm_eval.api.task.tqdm is not original
+    assert lm_eval.api.task.tqdm is original
