@@ -335,3 +335,44 @@ def test_quieting_lm_eval_imports_nothing_a_served_run_does_not_load(monkeypatch
         assert "lm_eval.models.huggingface" not in sys.modules
         assert lm_eval.api.task.tqdm is not original
     assert lm_eval.api.task.tqdm is original
+
+
+def test_toolfid_lm_eval_with_only_the_packages_tasks_leaves_lm_evals_own_unindexed(
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``toolfid lm-eval --tasks`` naming only this package's tasks does not index lm-eval's own task folder
+    (~14,000 YAML files, 5-15 s a run), and runs the same task; any other name keeps lm-eval's whole index."""
+    import lm_eval.tasks
+    from lm_eval.tasks import _index, manager
+
+    from lm_eval_toolfid.cases.bundled import tasks_path
+    from lm_eval_toolfid.cli.lm_eval import _toolfid_tasks_only, only_toolfid_tasks, requested_tasks
+
+    roots: list[Path] = []
+    inner = _index.TaskIndex.build
+
+    def spy(paths, **kwargs):  # noqa: ANN001, ANN202 - lm-eval's own signature
+        roots.extend(Path(p).resolve() for p in paths)
+        return inner(paths, **kwargs)
+
+    monkeypatch.setattr(_index.TaskIndex, "build", staticmethod(spy))
+    url, stop = serve(Fake())
+    try:
+        code, _, err = _main(["lm-eval", "--tasks", FIXTURE_TASK, "--model", "toolfid-server", "--model_args",
+                              f"model=fake-base,base_url={url}", "--limit", "2", "--log_samples", "--output_path",
+                              str(tmp_path / "out")])
+    finally:
+        stop()
+    assert code == 0, err[-2000:]
+    assert len(list((tmp_path / "out").rglob(f"samples_{FIXTURE_TASK}_*.jsonl"))) == 1
+    assert tasks_path().resolve() in roots and Path(manager.__file__).resolve().parent not in roots, roots
+    assert lm_eval.tasks.TaskManager is manager.TaskManager  # given back
+    # which runs qualify
+    assert requested_tasks(["--tasks", "a,b", "c", "--limit", "2", "-t=d"]) == ["a", "b", "c", "d"]
+    assert only_toolfid_tasks(["--tasks", "tool_use_fidelity,tool_use_fidelity_chat", "--model", "hf"])
+    assert only_toolfid_tasks(["--tasks=tool_use_fidelity_raw"])
+    for argv in (["--tasks", "tool_use_fidelity", "hellaswag"], ["-t", "tool_use_fidelity*"], ["--model", "hf"],
+                 ["--tasks", str(tasks_path() / "tool_use_fidelity")]):
+        assert not only_toolfid_tasks(argv), argv
+    with _toolfid_tasks_only():
+        assert set(lm_eval.tasks.TaskManager(include_path=str(tasks_path())).all_tasks) == \
+            set(manager.TaskManager(include_path=str(tasks_path()), include_defaults=False).all_tasks)
