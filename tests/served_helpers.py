@@ -60,21 +60,31 @@ class Server:
         return self.start()
 
 
-def merged_copy(base: Path, adapter: Path, out: Path) -> Path:
+def merged_copy(base: Path, adapter: Path, out: Path | None = None) -> Path:
     """The adapter merged into a copy of the base (``merge_and_unload``), with the base's tokenizer files: what a
-    server that loads whole models (``transformers serve``) serves for an adapter."""
+    server that loads whole models (``transformers serve``) serves for an adapter. Without ``out``, made once per
+    machine beside the adapter in the test cache (``<adapter>-merged``, under the adapter's lock, appearing by an
+    atomic rename), as the adapter itself is."""
     import shutil
 
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
+    from lm_eval_toolfid.core.fsutil import exclusive
+    from scripts.real_models import staged_folder
 
+    out = Path(out) if out is not None else adapter.with_name(f"{adapter.name}-merged")
     if (out / ".complete").is_file():
         return out
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(adapter)).merge_and_unload()
-    model.save_pretrained(out)
-    for f in base.iterdir():
-        if f.is_file() and (f.name.startswith(("tokenizer", "special_tokens")) or f.suffix == ".jinja"
-                            or f.name == "generation_config.json"):
-            shutil.copy(f, out / f.name)
-    (out / ".complete").write_text("ok\n")
+    with exclusive(out.with_name(f".{out.name}.lock")):
+        if (out / ".complete").is_file():
+            return out
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(adapter)).merge_and_unload()
+        with staged_folder(out) as tmp:
+            model.save_pretrained(tmp)
+            for f in base.iterdir():
+                if f.is_file() and (f.name.startswith(("tokenizer", "special_tokens")) or f.suffix == ".jinja"
+                                    or f.name == "generation_config.json"):
+                    shutil.copy(f, tmp / f.name)
+            (tmp / ".complete").write_text("ok\n")
     return out

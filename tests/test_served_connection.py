@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -51,29 +52,42 @@ def _files_holding(root: Path, *secrets: str) -> list[str]:
     return found
 
 
-def test_a_key_and_a_gateway_header_reach_every_request_and_no_file_or_output(tmp_path: Path) -> None:
-    """The whole served run as a user runs it (the console script; OPENAI_API_KEY; a gateway header): stopped by
-    the server mid-view (the journal, the resume hint), then resumed to the end with --html and --junit. Every
-    request carried both; no file under the output folder or the reference store, and nothing printed, holds
-    either — not even a server error that quotes them back."""
+def test_a_key_and_a_gateway_header_reach_every_request_and_no_file_or_output(
+        tmp_path: Path, capfd: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> None:
+    """The whole served run as a user runs it (OPENAI_API_KEY; a gateway header): stopped by the server mid-view
+    (the journal, the resume hint), then resumed to the end with --html and --junit through the console script.
+    Every request carried both; no file under the output folder or the reference store, and nothing printed, holds
+    either — not even a server error that quotes them back.
+
+    The stopped run goes through the CLI's entry point in this process (one console start less, ~5 s): what it
+    prints is read from its stdout and stderr, from this process's file descriptors (capfd) and from every log
+    record that reached the root logger (caplog), so a line a stray handler would have written is seen too. The
+    resume, with --verbose (lm-eval's own log lines too), is the console script."""
+    from .lm_eval_helpers import toolfid_here
+
     fake = Fake(keys={KEY}, plan=lambda n, body: {1: "leak500"}.get(n, "down" if n == 3 and not resumed else None))
     resumed = False
     url, stop = serve(fake)
     out, home = tmp_path / "out", tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper()}
     env.update(OPENAI_API_KEY=KEY, TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    argv = [str(BIN / "toolfid"), *_run(url, out, "--header", f"X-Gateway-Token: {GATEWAY}", "--concurrency", "1",
-                                        "--max-retries", "0")]
+    args = _run(url, out, "--header", f"X-Gateway-Token: {GATEWAY}", "--concurrency", "1", "--max-retries", "0")
     try:
-        first = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+        with pytest.MonkeyPatch.context() as mp:
+            for name in [k for k in os.environ if "PROXY" in k.upper()]:
+                mp.delenv(name)
+            caplog.set_level(logging.DEBUG, logger="lm_eval")
+            first = toolfid_here(args, home, env={"OPENAI_API_KEY": KEY})
+        printed = capfd.readouterr()
+        first_logs = caplog.text
         assert first.returncode == 6, first.stderr[-2000:]
         assert "--resume" in first.stderr and (out / ".served" / "base.jsonl").is_file()
         assert "X-Gateway-Token: <value not shown>" in first.stderr  # the resume hint names the header, not its value
         leaks = _files_holding(out, KEY, GATEWAY)
         fake.down, resumed = False, True
-        second = subprocess.run([*argv, "--resume", "--html", str(out / "report.html"), "--junit",
-                                 str(out / "junit.xml"), "--verbose"], capture_output=True, text=True, env=env,
-                                timeout=300)
+        second = subprocess.run([str(BIN / "toolfid"), *args, "--resume", "--html", str(out / "report.html"),
+                                 "--junit", str(out / "junit.xml"), "--verbose"], capture_output=True, text=True,
+                                env=env, timeout=300)
     finally:
         stop()
     assert second.returncode == 0, second.stderr[-2000:]
@@ -82,6 +96,8 @@ def test_a_key_and_a_gateway_header_reach_every_request_and_no_file_or_output(tm
     assert (out / "report.html").is_file() and (out / "junit.xml").is_file()
     leaks += _files_holding(out, KEY, GATEWAY) + _files_holding(home, KEY, GATEWAY)
     for name, text in (("first stdout", first.stdout), ("first stderr", first.stderr),
+                       ("first, this process's stdout", printed.out), ("first, this process's stderr", printed.err),
+                       ("first, log records", first_logs),
                        ("second stdout", second.stdout), ("second stderr", second.stderr)):
         leaks += [f"{name}: {s[:6]}…" for s in (KEY, GATEWAY) if s in text]
     assert leaks == []

@@ -95,6 +95,39 @@ def test_a_served_pair_scores_and_reports_what_came_back(home: Path, tmp_path: P
     assert code == 0 and any(r.get("adapter") == "fake-ad" and r.get("model") == "fake-base" for r in rows), stdout
     code, _, err = _main(["gate", str(tmp_path / "out")])
     assert code in (0, 1, 2) and "ad" in err + _
+    # every view records lm-eval's environment block (collected once per process: run/views.py)
+    envs = {json.loads((tmp_path / "out" / label / "results.json").read_text())["pretty_env_info"]
+            for label in ("base", "ad")}
+    assert len(envs) == 1 and "PyTorch version" in envs.pop()
+
+
+def test_lm_evals_environment_is_collected_once_per_process_and_copied_into_each_view(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """lm-eval's ``add_env_info`` runs torch's collect_env (a ``pip list`` subprocess) for every
+    ``simple_evaluate``: a run of N views collects it once (per working directory, whose parent's git hash it
+    records) and gives each view its own copy of the same keys."""
+    import os
+
+    from lm_eval_toolfid.run.views import _env_info_once
+
+    calls: list[str] = []
+
+    def collect(storage: dict) -> None:
+        calls.append(os.getcwd())
+        storage.update(pretty_env_info=f"env {len(calls)}", upper_git_hash=None, nested={"k": 1})
+
+    once = _env_info_once(collect)
+    first, second = {"results": 1}, {}
+    once(first)
+    once(second)
+    assert calls == [os.getcwd()]
+    assert first == {"results": 1, "pretty_env_info": "env 1", "upper_git_hash": None, "nested": {"k": 1}}
+    first["nested"]["k"] = 2  # a view's copy is its own
+    assert second == {"pretty_env_info": "env 1", "upper_git_hash": None, "nested": {"k": 1}}
+    monkeypatch.chdir(tmp_path)
+    elsewhere: dict = {}
+    once(elsewhere)
+    assert len(calls) == 2 and elsewhere["pretty_env_info"] == "env 2"
 
 
 def test_transient_failures_are_retried(home: Path, tmp_path: Path) -> None:
@@ -338,3 +371,63 @@ def test_engine_check_reports_what_the_engine_moves_by_itself(home: Path, tmp_pa
     assert len(seen) == asked and sum(seen.values()) == 12  # nothing asked again: every view and the check reused
     assert "engine check: the base run twice gave the same output on 2/4 cases (0.500)" in text, text
     assert "ad: 1 of the 1 cases this adapter changed are cases the engine moves by itself" in text, text
+
+
+def test_quieting_lm_eval_imports_nothing_a_served_run_does_not_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A served run silences lm-eval's bars in the modules it loaded; lm-eval's HF model module (and with it
+    transformers' model classes, ~1 s of a served run's start) is not imported just to be silenced, and a module
+    that is loaded has its bar swapped for the view's progress and given back after."""
+    import io
+    import sys
+
+    import lm_eval.api.task
+
+    from lm_eval_toolfid.reporting.progress import Progress, quiet_lm_eval
+
+    monkeypatch.delitem(sys.modules, "lm_eval.models.huggingface", raising=False)
+    original = lm_eval.api.task.tqdm
+    with quiet_lm_eval(Progress(["base"], stream=io.StringIO(), live=False)):
+        assert "lm_eval.models.huggingface" not in sys.modules
+        assert lm_eval.api.task.tqdm is not original
+    assert lm_eval.api.task.tqdm is original
+
+
+def test_toolfid_lm_eval_with_only_the_packages_tasks_leaves_lm_evals_own_unindexed(
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``toolfid lm-eval --tasks`` naming only this package's tasks does not index lm-eval's own task folder
+    (~14,000 YAML files, 5-15 s a run), and runs the same task; any other name keeps lm-eval's whole index."""
+    import lm_eval.tasks
+    from lm_eval.tasks import _index, manager
+
+    from lm_eval_toolfid.cases.bundled import tasks_path
+    from lm_eval_toolfid.cli.lm_eval import _toolfid_tasks_only, only_toolfid_tasks, requested_tasks
+
+    roots: list[Path] = []
+    inner = _index.TaskIndex.build
+
+    def spy(paths, **kwargs):  # noqa: ANN001, ANN202 - lm-eval's own signature
+        roots.extend(Path(p).resolve() for p in paths)
+        return inner(paths, **kwargs)
+
+    monkeypatch.setattr(_index.TaskIndex, "build", staticmethod(spy))
+    url, stop = serve(Fake())
+    try:
+        code, _, err = _main(["lm-eval", "--tasks", FIXTURE_TASK, "--model", "toolfid-server", "--model_args",
+                              f"model=fake-base,base_url={url}", "--limit", "2", "--log_samples", "--output_path",
+                              str(tmp_path / "out")])
+    finally:
+        stop()
+    assert code == 0, err[-2000:]
+    assert len(list((tmp_path / "out").rglob(f"samples_{FIXTURE_TASK}_*.jsonl"))) == 1
+    assert tasks_path().resolve() in roots and Path(manager.__file__).resolve().parent not in roots, roots
+    assert lm_eval.tasks.TaskManager is manager.TaskManager  # given back
+    # which runs qualify
+    assert requested_tasks(["--tasks", "a,b", "c", "--limit", "2", "-t=d"]) == ["a", "b", "c", "d"]
+    assert only_toolfid_tasks(["--tasks", "tool_use_fidelity,tool_use_fidelity_chat", "--model", "hf"])
+    assert only_toolfid_tasks(["--tasks=tool_use_fidelity_raw"])
+    for argv in (["--tasks", "tool_use_fidelity", "hellaswag"], ["-t", "tool_use_fidelity*"], ["--model", "hf"],
+                 ["--tasks", str(tasks_path() / "tool_use_fidelity")]):
+        assert not only_toolfid_tasks(argv), argv
+    with _toolfid_tasks_only():
+        assert set(lm_eval.tasks.TaskManager(include_path=str(tasks_path())).all_tasks) == \
+            set(manager.TaskManager(include_path=str(tasks_path()), include_defaults=False).all_tasks)

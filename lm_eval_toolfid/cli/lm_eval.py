@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from typing import Any, Iterator
 
 from lm_eval_toolfid.cases.bundled import tasks_path
 from lm_eval_toolfid.core.errors import EXIT_INPUT
@@ -89,6 +91,8 @@ def what_toolfid_adds() -> str:
     items = [
         ("--include_path", f"added when not given: this package's task folder ({tasks_path()}), so --tasks "
                            "tool_use_fidelity (and tool_use_fidelity_fixture) resolve"),
+        ("--tasks", "when every task named is one of this package's, lm-eval's own task folder is not indexed "
+                    "(the same tasks, seconds sooner); naming any other task indexes it as lm_eval does"),
         ("--model hf", "(also -M hf, -m hf, --model=hf) runs as toolfid-hf: lm-eval's HFLM whose tool_use_fidelity "
                        "requests go through toolfid's engine (each row stops at the end of its call; an adapter "
                        "run verifies the stored base answers instead of decoding them again); other tasks' requests "
@@ -107,6 +111,56 @@ def what_toolfid_adds() -> str:
     return "\n".join(lines) + "\n\nlm_eval's own help follows.\n"
 
 
+def requested_tasks(argv: list[str]) -> list[str]:
+    """The task names of ``--tasks``/``-t`` (comma- or space-separated, as lm-eval's parser takes them)."""
+    names: list[str] = []
+    i = 0
+    while i < len(argv):
+        flag, eq, inline = argv[i].partition("=")
+        if flag in ("--tasks", "-t"):
+            values = [inline] if eq else []
+            while not eq and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                i += 1
+                values.append(argv[i])
+            names += [n.strip() for v in values for n in v.split(",") if n.strip()]
+        i += 1
+    return names
+
+
+def only_toolfid_tasks(argv: list[str]) -> bool:
+    """Every task asked for is one of this package's (and none other is asked): lm-eval's own task folder (about
+    14,000 YAML files, 5-15 s to index before the first case) is then not indexed, as in ``toolfid run``. A name
+    outside the package, a glob, a path or a ``--config`` file keep lm-eval's whole index."""
+    from lm_eval.tasks import TaskManager
+
+    names = requested_tasks(argv)
+    if not names:
+        return False
+    ours = set(TaskManager(include_path=str(tasks_path()), include_defaults=False).all_tasks)
+    return all(name in ours for name in names)
+
+
+@contextlib.contextmanager
+def _toolfid_tasks_only() -> Iterator[None]:
+    """lm-eval's CLI builds its ``TaskManager`` (``lm_eval.tasks.TaskManager``, looked up when it runs) without
+    its default task folder, for the duration."""
+    import lm_eval.tasks
+
+    original = lm_eval.tasks.TaskManager
+
+    class ToolfidTasksOnly(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            if len(args) < 3:  # (verbosity, include_path, include_defaults, ...) unless given
+                kwargs.setdefault("include_defaults", False)
+            super().__init__(*args, **kwargs)
+
+    lm_eval.tasks.TaskManager = ToolfidTasksOnly
+    try:
+        yield
+    finally:
+        lm_eval.tasks.TaskManager = original
+
+
 def cmd_lm_eval(args: argparse.Namespace) -> int:
     from lm_eval.__main__ import cli_evaluate
 
@@ -114,11 +168,14 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
         print(what_toolfid_adds(), flush=True)
     argv = _hide_api_key(_use_toolfid_model(list(args.lm_eval_args)))
     _check_model_args(argv)
+    ours_only = False
     if "--include_path" not in argv and "--include-path" not in argv:
         argv += ["--include_path", str(tasks_path())]
+        ours_only = only_toolfid_tasks(argv)
     sys.argv = ["lm_eval", *argv]
     try:
-        cli_evaluate()
+        with _toolfid_tasks_only() if ours_only else contextlib.nullcontext():
+            cli_evaluate()
     except SystemExit as exc:  # lm_eval's own exits keep their code, but its usage errors are input errors
         code = exc.code
         if isinstance(code, str):

@@ -239,8 +239,6 @@ def quiet_lm_eval(progress: Progress, verbose: bool = False) -> Iterator[None]:
     if verbose:
         yield
         return
-    import importlib
-
     saved: list[tuple[Any, Any]] = []
     loggers = {name: logging.getLogger(name).level for name in ("lm_eval", "transformers", "peft", "datasets")}
     ours = logging.getLogger("lm_eval.toolfid")
@@ -248,8 +246,10 @@ def quiet_lm_eval(progress: Progress, verbose: bool = False) -> Iterator[None]:
     collector = _NoteCollector(progress)
     try:
         for name in _TQDM_MODULES:
-            module = importlib.import_module(name)
-            if hasattr(module, "tqdm"):
+            # a module nobody imported draws no bar: a served run never loads lm-eval's HF model module (and with it
+            # transformers' model classes), so it is not imported here just to silence it
+            module = sys.modules.get(name)
+            if module is not None and hasattr(module, "tqdm"):
                 saved.append((module, module.tqdm))
                 module.tqdm = lambda *a, **k: _Bar(progress, *a, **k)  # type: ignore[attr-defined]
         for name in loggers:

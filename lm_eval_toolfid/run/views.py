@@ -5,12 +5,31 @@ lm-eval model (a base loaded in process, :mod:`~lm_eval_toolfid.run.session`; a 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import copy
+import os
+from typing import Any, Callable
 
 from lm_eval_toolfid.cases.bundled import tasks_path
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.reporting.view_store import ViewResult
 from lm_eval_toolfid.run.plan import View
+
+
+def _env_info_once(collect: Callable[[dict], None]) -> Callable[[dict], None]:
+    """lm-eval's ``add_env_info(storage)``, run once per working directory (it records the git hash of the folder
+    above it) and copied into every later ``storage``: the same keys and values lm-eval writes."""
+    seen: dict[str, dict] = {}
+
+    def add_env_info(storage: dict) -> None:
+        where = os.getcwd()
+        if where not in seen:
+            first: dict = {}
+            collect(first)
+            seen[where] = first
+        storage.update(copy.deepcopy(seen[where]))
+
+    add_env_info._toolfid_once = True  # type: ignore[attr-defined]
+    return add_env_info
 
 
 def evaluate_view(lm: Any, model_args: dict[str, Any], view: View, task: str, limit: int | None = None,
@@ -24,6 +43,10 @@ def evaluate_view(lm: Any, model_args: dict[str, Any], view: View, task: str, li
     # lm-eval stamps results with the git hash of the *current directory* (and prints git's
     # "fatal: not a git repository" outside one); toolfid records its own provenance instead.
     lm_eval.evaluator.get_git_commit_hash = lambda: None
+    # and with the environment (torch's collect_env: a `pip list` subprocess, ~0.3 s of CPU) once per view; it is
+    # the same for every view of a run, so it is collected once per process and copied into each view's results
+    if not getattr(lm_eval.evaluator.add_env_info, "_toolfid_once", False):
+        lm_eval.evaluator.add_env_info = _env_info_once(lm_eval.evaluator.add_env_info)
 
     from lm_eval_toolfid.reporting.progress import quiet_lm_eval
 
