@@ -97,7 +97,7 @@ def vllm_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.T
     proc = _toolfid(["run", "--backend", "vllm", *ENGINE, "--base", str(smollm2),
                      "--adapter", f"noop={vllm_server.loras['noop']}", "--adapter",
                      f"prose={vllm_server.loras['prose']}", "--cases", str(cases), "--output", str(root / "out"),
-                     "--json"], root / "home", VENV / "bin", vllm_env())
+                     "--json"], root / "home", VENV / "bin", vllm_env(in_process=True))
     assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
     return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
 
@@ -168,7 +168,7 @@ def test_lm_eval_vllm_adapter_run_pairs_with_the_toolfid_run_vllm_base(vllm_run:
            "--model", "vllm", "--model_args", f"pretrained={smollm2},{LM_EVAL_BASE_ARGS},lora_local_path="
            f"{prose_lora(smollm2)}", "--metadata", json.dumps({"cases": str(cases)}), "--limit", str(N),
            "--log_samples", "--output_path", str(tmp_path / "prose")]
-    adapter = subprocess.run(cmd, capture_output=True, text=True, env=dict(vllm_env(), TOOLFID_HOME=str(vllm_run.home)),
+    adapter = subprocess.run(cmd, capture_output=True, text=True, env=dict(vllm_env(in_process=True), TOOLFID_HOME=str(vllm_run.home)),
                              timeout=900)
     assert adapter.returncode == 0, adapter.stderr[-3000:]
     results = json.loads(sorted((tmp_path / "prose").rglob("results_*.json"))[-1].read_text())

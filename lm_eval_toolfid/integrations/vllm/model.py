@@ -52,8 +52,11 @@ def toolfid_vllm() -> type:
             self.answers: dict[str, dict[str, str]] = {}
             """view label -> request hash -> the generated text (lm-eval's post-processing applied)."""
             self.journal: Callable[[str, dict[str, str]], None] | None = None
-            self.on_generated: Callable[[int, float], None] | None = None
+            self.on_generated: Callable[[int, int, float], None] | None = None
+            """Called after each engine call: answers, views they belong to, seconds."""
             self._lora_ids: dict[str, Any] = {}
+            self.show_bars = True
+            """vLLM's own progress bars (toolfid run: only with --verbose)."""
 
         def lora(self, adapter: str | None) -> Any:
             if adapter is None:
@@ -67,12 +70,13 @@ def toolfid_vllm() -> type:
             label = self.view[0]
             asked = [(r.args[0], dict(r.args[1])) for r in requests]
             keys = [request_hash(ctx, gen) for ctx, gen in asked]
-            views = [v for v in (self.group if self.view in self.group else []) or [self.view]]
+            views = list(self.group) if self.view in self.group else [self.view]
             todo = [(ctx, gen, key, view) for view in views for (ctx, gen), key in zip(asked, keys)
                     if key not in self.answers.get(view[0], {})]
             if todo:
                 t0 = time.monotonic()
-                texts = self.generate_all([(ctx, gen, view[1]) for ctx, gen, _, view in todo], disable_tqdm)
+                texts = self.generate_all([(ctx, gen, view[1]) for ctx, gen, _, view in todo],
+                                          disable_tqdm or not self.show_bars)
                 fresh: dict[str, dict[str, str]] = {}
                 for (_, _, key, view), text in zip(todo, texts):
                     fresh.setdefault(view[0], {})[key] = text
@@ -81,7 +85,7 @@ def toolfid_vllm() -> type:
                     if self.journal is not None:
                         self.journal(name, got)
                 if self.on_generated is not None:
-                    self.on_generated(len(todo), time.monotonic() - t0)
+                    self.on_generated(len(todo), len({view for *_, view in todo}), time.monotonic() - t0)
             mine = self.answers.get(label, {})
             return [mine[key] for key in keys]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -92,6 +93,11 @@ class VllmSession:
         from lm_eval_toolfid.integrations.vllm.model import require_vllm
 
         require_vllm()  # one line saying what to install, before anything loads
+        # vLLM logs to stdout by default: it goes to stderr, so stdout stays the report (--json); INFO only with
+        # --verbose (set before vLLM is first imported: it reads these once)
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+        if not verbose:
+            os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         self.base, self.options = base, options
         self.progress, self.verbose = progress, verbose or progress is None
         self.lm: Any = None
@@ -128,10 +134,11 @@ class VllmSession:
             self.progress.message(f"starting vLLM with {self.base} and {n_adapters} LoRA adapter(s)")
         with quiet_lm_eval(self.progress, self.verbose) if self.progress is not None else contextlib.nullcontext():
             self.lm = toolfid_vllm()(**engine)
+        self.lm.show_bars = self.verbose and self.progress is not None and not self.progress.live
         if self.progress is not None:
             progress = self.progress
-            self.lm.on_generated = lambda n, seconds: progress.message(
-                f"vLLM generated {n} answers of {len(self.lm.group) or 1} view(s) in one batch in {seconds:.1f} s")
+            self.lm.on_generated = lambda n, views, seconds: progress.message(
+                f"vLLM generated {n} answers of {views} view(s) in one batch in {seconds:.1f} s")
 
     def view_args(self, view: View) -> dict[str, Any]:
         return view_model_args(self.base, self.options, self._rank, view.adapter)
@@ -161,6 +168,7 @@ class VllmSession:
                 yield evaluate_view(self.lm, self.view_args(view), view, plan.task, plan.limit, self.progress,
                                     self.verbose)
                 self.lm.answers.pop(view.label, None)
+                self.lm.group.remove(keys[view.label])  # a finished view is not generated for again
                 if journal is not None:
                     journal.remove(view.label)  # the saved view supersedes it
         finally:
