@@ -109,3 +109,18 @@ def test_the_journal_keeps_a_views_answers_for_resume_and_only_for_the_same_engi
     assert journal.read("prose", "/a/prose") == {"k1": "one", "k2": "two"}
     journal.remove("prose")
     assert not journal.path("prose").exists() and journal.read("prose", "/a/prose") == {}
+
+
+def test_the_base_rows_lora_of_zeros_has_the_adapters_shape_and_only_zeros(tmp_path: Path) -> None:
+    """vLLM's CPU build runs a row without LoRA under the last resident LoRA (index -1); the base rows run under
+    this LoRA instead, which adds exactly zero."""
+    from safetensors.torch import load_file
+
+    from lm_eval_toolfid.integrations.vllm.model import zero_lora
+
+    like = Path(fixture_paths()["adapters"]["faithful"])
+    out = Path(zero_lora(str(like), tmp_path / "zeros"))
+    real, zeros = load_file(str(like / "adapter_model.safetensors")), load_file(str(out / "adapter_model.safetensors"))
+    assert {k: v.shape for k, v in real.items()} == {k: v.shape for k, v in zeros.items()}
+    assert any(bool(v.abs().sum() > 0) for v in real.values()) and all(bool((v == 0).all()) for v in zeros.values())
+    assert json.loads((out / "adapter_config.json").read_text()) == json.loads((like / "adapter_config.json").read_text())

