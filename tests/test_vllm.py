@@ -168,8 +168,8 @@ def test_lm_eval_vllm_adapter_run_pairs_with_the_toolfid_run_vllm_base(vllm_run:
            "--model", "vllm", "--model_args", f"pretrained={smollm2},{LM_EVAL_BASE_ARGS},lora_local_path="
            f"{prose_lora(smollm2)}", "--metadata", json.dumps({"cases": str(cases)}), "--limit", str(N),
            "--log_samples", "--output_path", str(tmp_path / "prose")]
-    adapter = subprocess.run(cmd, capture_output=True, text=True, env=dict(vllm_env(in_process=True), TOOLFID_HOME=str(vllm_run.home)),
-                             timeout=900)
+    adapter = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                             env=dict(vllm_env(in_process=True), TOOLFID_HOME=str(vllm_run.home)))
     assert adapter.returncode == 0, adapter.stderr[-3000:]
     results = json.loads(sorted((tmp_path / "prose").rglob("results_*.json"))[-1].read_text())
     meta = results["configs"]["tool_use_fidelity"]["metadata"]["toolfid"]
@@ -177,8 +177,8 @@ def test_lm_eval_vllm_adapter_run_pairs_with_the_toolfid_run_vllm_base(vllm_run:
     assert meta["run_key"]["base"]["backend"] == "vllm" and meta["run_key"]["base"]["enable_lora"] == "True"
     assert meta["summary"]["metrics"]["identical_output_rate"] < 1.0  # the LoRA was applied: it changed answers
     assert meta["verdict"]["label"] == vllm_run.report["adapters"]["prose"]["verdict"]["label"]
-    samples = [json.loads(x) for p in (tmp_path / "prose").rglob("samples_*.jsonl") for x in p.read_text().splitlines()
-               if x.strip()]
+    samples = [json.loads(x) for p in (tmp_path / "prose").rglob("samples_*.jsonl")
+               for x in p.read_text().splitlines() if x.strip()]
     cli = {r["doc"]["id"]: r["fidelity_pass"]["ft"] for r in samples}
     own = {r["doc"]["id"]: r["fidelity_pass"]["ft"] for r in
            (json.loads(x) for x in (vllm_run.out / "prose" / "samples.jsonl").read_text().splitlines() if x.strip())}

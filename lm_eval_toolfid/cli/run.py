@@ -75,7 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _vllm_options(args: argparse.Namespace) -> VllmOptions | None:
-    """``--backend vllm`` and its ``--vllm-arg``s (None: another backend); what does not apply is refused in one line."""
+    """``--backend vllm`` and its ``--vllm-arg``s (None: another backend); what does not apply: one line."""
     backend, items = getattr(args, "backend", "hf"), getattr(args, "vllm_args", None) or []
     if backend != "vllm":
         if items:

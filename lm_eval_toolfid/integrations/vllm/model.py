@@ -142,7 +142,8 @@ def zero_lora(like: str, out: Path) -> str:
     (out / "adapter_config.json").write_text((src / "adapter_config.json").read_text(encoding="utf-8"),
                                              encoding="utf-8")
     tensors = load_file(str(src / "adapter_model.safetensors"))
-    save_file({k: v.new_zeros(v.shape).contiguous() for k, v in tensors.items()}, str(out / "adapter_model.safetensors"))
+    save_file({k: v.new_zeros(v.shape).contiguous() for k, v in tensors.items()},
+              str(out / "adapter_model.safetensors"))
     return str(out)
 
 
