@@ -1,6 +1,7 @@
 """What one ``toolfid run`` evaluates (:class:`RunPlan`), the models' options (:class:`ModelOptions` in process,
 :class:`ServedOptions` against a server, :class:`VllmOptions` on one vLLM engine in process), its null calibration
-(:class:`CalibrationSpec`) and one view of it (:class:`View`): plain values, decided once by the command line and read by the runner and the sessions."""
+(:class:`CalibrationSpec`) and one view of it (:class:`View`): plain values, decided once by the command line and
+read by the runner and the sessions."""
 
 from __future__ import annotations
 
