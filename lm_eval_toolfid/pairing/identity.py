@@ -43,6 +43,7 @@ NON_IDENTITY_KEYS = {
     "device", "device_map", "batch_size", "max_batch_size", "parallelize", "max_memory_per_gpu",
     "max_cpu_memory", "offload_folder", "gpu_memory_utilization", "data_parallel_size", "swap_space",
     "logits_cache", "softmax_dtype", "num_proc", "seed",
+    "max_loras", "max_cpu_loras",  # vLLM: how many LoRAs are resident at once (capacity, not what a row computes)
 }
 LM_EVAL_BOOKKEEPING_KEYS = {"config_source"}
 """Keys lm-eval itself adds to a task's metadata (the YAML's path): never part of a model's identity."""
@@ -220,7 +221,8 @@ def lora_settings_demand(model_args: dict[str, Any], task: str = "tool_use_fidel
     settings is this run's base. The base command is this run's model args without the adapter key."""
     if adapter_of(model_args) is None:
         return None
-    settings = {k: v for k, v in model_args.items() if k in _ADAPTER_SETTINGS and v not in (None, "", False, "False")}
+    settings = {k: v for k, v in model_args.items() if k in _ADAPTER_SETTINGS and k not in NON_IDENTITY_KEYS
+                and v not in (None, "", False, "False")}
     if not settings:
         return None
     base_args = ",".join(f"{k}={v}" for k, v in model_args.items()

@@ -1,6 +1,7 @@
 """What one ``toolfid run`` evaluates (:class:`RunPlan`), the models' options (:class:`ModelOptions` in process,
-:class:`ServedOptions` against a server), its null calibration (:class:`CalibrationSpec`) and one view of it
-(:class:`View`): plain values, decided once by the command line and read by the runner and the sessions."""
+:class:`ServedOptions` against a server, :class:`VllmOptions` on one vLLM engine in process), its null calibration
+(:class:`CalibrationSpec`) and one view of it (:class:`View`): plain values, decided once by the command line and
+read by the runner and the sessions."""
 
 from __future__ import annotations
 
@@ -43,7 +44,18 @@ class ServedOptions:
         return {"connection": self.connection}
 
 
-Models = Union[ModelOptions, ServedOptions]
+@dataclass(frozen=True)
+class VllmOptions:
+    """The base and every adapter in one vLLM engine in this process (``toolfid run --backend vllm``)."""
+
+    dtype: str | None = None
+    engine_args: tuple[tuple[str, Any], ...] = ()
+    """``--vllm-arg KEY=VALUE`` in order (values typed as lm-eval types ``--model_args``): what the engine gets,
+    and what each view records as its model args (so an ``lm_eval --model vllm`` run given the same arguments
+    pairs with this run's base)."""
+
+
+Models = Union[ModelOptions, ServedOptions, VllmOptions]
 ENGINE_CHECK_LABEL = "base-again"
 
 

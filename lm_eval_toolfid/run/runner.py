@@ -3,7 +3,8 @@ calibration stage, then every adapter view; each view saved (results, samples, m
 finishes, and reused by ``--resume`` when its manifest matches (decided here, once, for every view).
 
 A :class:`ViewSession` evaluates views: :class:`~lm_eval_toolfid.run.session.ModelSession` (a base loaded in
-this process) or :class:`~lm_eval_toolfid.run.served_session.ServedSession` (model names of one server). The
+this process), :class:`~lm_eval_toolfid.run.served_session.ServedSession` (model names of one server) or
+:class:`~lm_eval_toolfid.integrations.vllm.session.VllmSession` (one vLLM engine in this process). The
 runner hands it a list of views and saves each result it yields before asking for the next, so a session may
 run several views at once and yield them as they finish."""
 
@@ -14,7 +15,7 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from lm_eval_toolfid.reporting.view_store import ViewResult, load_saved_view, save_view, view_manifest
 from lm_eval_toolfid.run.nulls import check_calibration
-from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan, ServedOptions, View
+from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan, ServedOptions, View, VllmOptions
 from lm_eval_toolfid.scoring import engine_noise
 from lm_eval_toolfid.scoring.engine_noise import EngineCheck
 
@@ -48,6 +49,10 @@ def open_session(plan: RunPlan, progress: Any = None) -> ViewSession:
         from lm_eval_toolfid.run.served_session import ServedSession
 
         return ServedSession(plan.base, plan.models, progress, plan.verbose)
+    if isinstance(plan.models, VllmOptions):
+        from lm_eval_toolfid.integrations.vllm.session import VllmSession
+
+        return VllmSession(plan.base, plan.models, progress, plan.verbose)
     from lm_eval_toolfid.run.session import ModelSession
 
     return ModelSession(plan.base, plan.models, progress, plan.verbose)
