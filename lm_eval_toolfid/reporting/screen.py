@@ -189,7 +189,7 @@ def generation_paths(rows: list[Any], base: Any = None) -> str:
 
 def drafting_note(gen: dict[str, Any]) -> str:
     """What a verified view's header line adds when its drafts were rejected early and drafting stopped
-    (:mod:`lm_eval_toolfid.engine.draft_budget`); empty otherwise."""
+    (:mod:`lm_eval_toolfid.engine.scheduler`); empty otherwise."""
     stop = gen.get("drafting_stopped")
     if not stop:
         return ""
