@@ -15,7 +15,7 @@ import re
 import sys
 from typing import Any, Sequence
 
-from lm_eval_toolfid.reporting.results import RunRow, format_table, reason_of, verdict_label
+from lm_eval_toolfid.reporting.results import RunRow, format_verdict_table, reason_of, verdict_label
 from lm_eval_toolfid.reporting.term import fill as _fill
 
 
@@ -83,7 +83,7 @@ def reasons(rows: Sequence[RunRow], width: int | None = None) -> str:
 
 def verdicts(rows: Sequence[RunRow], base_valid: float | None = None, width: int | None = None) -> str:
     """The table, its legend, the reasons."""
-    table = format_table(list(rows), base_valid, width=width, reasons=False)
+    table = format_verdict_table(list(rows), base_valid, width=width, reasons=False)
     return f"{table}\n{legend(rows, width)}\n\n{reasons(rows, width)}"
 
 
