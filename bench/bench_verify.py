@@ -14,7 +14,7 @@ see the same machine. Adapters:
   LoRA's update taken whole.
 
 Each adapter view runs verified (the default: the engine stops drafting where drafts are rejected early,
-``engine/draft_budget.py``), verified with drafting never stopped (``draft_probe_rows=0``: the engine before
+``engine/scheduler.py``), verified with drafting never stopped (``draft_probe_rows=0``: the engine before
 issue 37) and unverified. Prints per view: wall and CPU seconds, the ratio to the base view, verified ÷
 unverified, tokens accepted / decoded, the rows the draft budget decoded instead, near ties, and how many cases'
 generations differ between verified and unverified (must be 0, or near ties); then each mode's forward passes

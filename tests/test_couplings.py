@@ -168,7 +168,6 @@ def test_peft_mixed_batch_layers_take_the_rows_adapters_from_the_engines_hooks()
     views = [None, "faithful", "broken"]
     with torch.inference_mode():
         runner = ModelRunner(model, ModelFit.of(model), 0, EngineStats(), fold_gqa=False)
-        runner.joint = True
         peft_logits = runner.forward(ids, mask, positions, None, 1, views=views)  # PEFT's adapter_names= per pass
         with runner.routing(views):
             assert runner._routed

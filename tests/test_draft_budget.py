@@ -1,4 +1,4 @@
-"""The draft budget's rule (engine/draft_budget.py, issue 37): where a view's drafts are rejected early, the engine
+"""The draft budget's rule (engine/scheduler.py, issue 37): where a view's drafts are rejected early, the engine
 stops drafting and decodes. Unit tests of the rule and of what it records; the engine and ``toolfid run`` with it:
 tests/test_engine.py."""
 
@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from lm_eval_toolfid.engine.config import EngineConfig
-from lm_eval_toolfid.engine.draft_budget import DraftBudget, DraftBudgets, decode_without_drafts, drafting_stopped
+from lm_eval_toolfid.engine.draft_verify import decode_without_drafts
 from lm_eval_toolfid.engine.handoffs import Drafting, StageResult
+from lm_eval_toolfid.engine.scheduler import DraftBudget, DraftBudgets, drafting_stopped
 from lm_eval_toolfid.engine.rows import LiveRow, Row, RowResult
 
 
@@ -108,9 +109,17 @@ def test_each_view_has_its_own_budget() -> None:
             d.live.result.verified = 1 if d.live.row.view == "bad" else 16
         return StageResult()
 
-    budgets.verify_or_decode([bad[0], good[0], bad[1], good[1]], verify)
+    def verify_or_decode(group):  # as engine/admission.py runs a verification pass the scheduler split
+        split = budgets.split(group)
+        out = decode_without_drafts(split.decode)
+        if split.verify:
+            out += verify(split.verify)
+            budgets.observe(split.verify)
+        return out
+
+    verify_or_decode([bad[0], good[0], bad[1], good[1]])
     assert not budgets.of(bad[0].live.row).drafting and budgets.of(good[0].live.row).drafting
-    out = budgets.verify_or_decode([bad[2], good[2], bad[3], good[3]], verify)
+    out = verify_or_decode([bad[2], good[2], bad[3], good[3]])
     assert verified == [bad[0], good[0], bad[1], good[1], good[2], good[3]]
     assert [j.live for j in out.joining] == [bad[2].live, bad[3].live]
     assert budgets.stopped("bad")["after_rows"] == 2 and budgets.stopped("good") is None
@@ -124,8 +133,8 @@ def test_observe_tallies_the_groups_first_passes_and_dropped_rows_join_as_plain_
     budget.observe([a, b])
     assert (budget.rows, budget.sent, budget.gained) == (2, 6, 3) and budget.drafting
     c = _drafting([4, 5, 6, 7], [9, 9, 9], 9)
-    out = budget.without_drafts([c])
-    assert budget.dropped == 1 and out.finished == () and out.drafting == ()
+    out = decode_without_drafts([c])
+    assert out.finished == () and out.drafting == ()
     (joining,) = out.joining
     live = joining.live
     assert live.result.draft_dropped and live.pending == 9 and live.length == 4 and joining.kv is c.kv

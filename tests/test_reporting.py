@@ -17,7 +17,8 @@ from lm_eval_toolfid.core.errors import ToolfidError, guard
 from lm_eval_toolfid.reporting import collect
 from lm_eval_toolfid.reporting.breakdown import breakdown
 from lm_eval_toolfid.reporting.gate import exit_code, junit_xml
-from lm_eval_toolfid.reporting.leaderboard import format_csv, format_json, format_markdown, format_table, sort_rows
+from lm_eval_toolfid.reporting.leaderboard import (format_csv, format_json, format_leaderboard_table, format_markdown,
+                                                   sort_rows)
 from lm_eval_toolfid.reporting.load import load_runs, parse_model_args, read_run, wilson
 from lm_eval_toolfid.reporting.progress import Progress, _Bar
 
@@ -82,7 +83,7 @@ def test_leaderboard_groups_merges_other_tasks_and_sorts(tmp_path):
     assert good.others["arc_easy"] == ("acc", 0.625)
     sort_rows(board, "validity_delta")
     assert [r.adapter for r in board.groups[0].rows] == ["/ad/good", "/ad/bad"]
-    table = format_table(board)
+    table = format_leaderboard_table(board)
     assert "arc_easy" in table and "0.625 (acc)" in table and "FAIL" in table
     assert "name halluc" not in table  # columns nobody has are left out of the terminal table
     md = format_markdown(board)
@@ -339,7 +340,7 @@ def test_a_scored_copy_replaces_its_source(tmp_path):
 
 def test_run_table_fits_narrow_terminals_and_keeps_full_reasons():
     from lm_eval_toolfid.reporting.results import RunRow
-    from lm_eval_toolfid.reporting.results import format_table as run_table
+    from lm_eval_toolfid.reporting.results import format_verdict_table as run_table
 
     metrics = {"json_valid_rate": 0.5, "base_json_valid_rate": 0.9, "validity_delta": -0.4, "validity_mcnemar_p": 0.0001,
                "hallucination_rate": 0.25, "arg_disagreement": 0.3, "parse_rate": 0.6}
@@ -402,10 +403,10 @@ def test_a_delta_of_an_undefined_rate_is_a_dash_in_compare_and_html(tmp_path, ca
     assert rows["prose"].metric("base_hallucination_rate") == 0.75
     sort_rows(board, "hallucination_delta")  # lower is better: the undefined one goes last, not first
     assert [r.label for r in board.groups[0].rows] == ["fine", "prose"]
-    table = format_table(board).splitlines()
+    table = format_leaderboard_table(board).splitlines()
     col = table[0].index("Δ halluc")
     prose_line = next(line for line in table if line.startswith("prose"))
-    assert prose_line[col:].split()[0] == "—" and "-0.750" not in format_table(board)
+    assert prose_line[col:].split()[0] == "—" and "-0.750" not in format_leaderboard_table(board)
     data = json.loads(format_json(board))
     prose_rec = next(r for r in data["rows"] if r["label"] == "prose")
     assert prose_rec["metrics"]["hallucination_delta"] == {"value": None, "ci95": None}

@@ -72,7 +72,8 @@ def served_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest
     root = tmp_path_factory.mktemp("vllm-served")
     t0 = time.monotonic()
     proc = _toolfid(["run", "--server", vllm_server.url, "--base", str(smollm2), "--adapter", "noop", "--adapter",
-                     "prose", "--cases", str(cases), "--output", str(root / "out"), "--json"], root / "home")
+                     "prose", "--cases", str(cases), "--output", str(root / "out"), "--json", "--engine-check"],
+                    root / "home")
     assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
     return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
 
@@ -98,7 +99,7 @@ def vllm_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.T
     proc = _toolfid(["run", "--backend", "vllm", *ENGINE, "--base", str(smollm2),
                      "--adapter", f"noop={vllm_server.loras['noop']}", "--adapter",
                      f"prose={vllm_server.loras['prose']}", "--cases", str(cases), "--output", str(root / "out"),
-                     "--json"], root / "home", VENV / "bin", vllm_env(in_process=True))
+                     "--json", "--engine-check"], root / "home", VENV / "bin", vllm_env(in_process=True))
     assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
     return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
 
@@ -130,6 +131,9 @@ def test_served_vllm_with_lora_modules_answers_as_the_in_process_engine(vllm_ser
                                                                        inproc_run: Run) -> None:
     print(f"vLLM start {vllm_server.start_seconds:.1f} s; served run {served_run.seconds:.1f} s; in process "
           f"{inproc_run.seconds:.1f} s")
+    check = served_run.report["engine_check"]  # the base asked again after the adapters: does vLLM repeat itself?
+    print(f"served vLLM engine check: {check}")
+    assert check["n"] == N and check["identical"] == N, check
     _same_answers(served_run, inproc_run, "served vLLM and the project's engine")
     _same_verdicts(served_run, inproc_run)
     _noop_changed_nothing_and_prose_applied(served_run)
@@ -142,6 +146,9 @@ def test_toolfid_run_backend_vllm_answers_as_served_vllm_and_the_in_process_engi
     print(f"toolfid run --backend vllm {vllm_run.seconds:.1f} s")
     assert f"vLLM generated {len(LABELS) * N} answers of {len(LABELS)} view(s) in one batch" in vllm_run.proc.stderr, \
         vllm_run.proc.stderr[-3000:]
+    check = vllm_run.report["engine_check"]
+    print(f"in-process vLLM engine check: {check}")
+    assert check["n"] == N and check["identical"] == N, check
     _same_answers(vllm_run, served_run, "toolfid run --backend vllm and served vLLM")
     _same_answers(vllm_run, inproc_run, "toolfid run --backend vllm and the project's engine")
     _same_verdicts(vllm_run, served_run)

@@ -14,7 +14,7 @@ def render_board(board, fmt: str, breakdowns=None) -> str:  # type: ignore[no-un
     from lm_eval_toolfid.reporting import html, leaderboard, term
 
     if fmt == "table":
-        return leaderboard.format_table(board, colour=term.verdict_painter(term.use_colour(sys.stdout)))
+        return leaderboard.format_leaderboard_table(board, colour=term.verdict_painter(term.use_colour(sys.stdout)))
     if fmt == "markdown":
         return leaderboard.format_markdown(board)
     if fmt == "csv":

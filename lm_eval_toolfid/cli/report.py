@@ -25,7 +25,7 @@ def print_breakdowns(board, breakdowns, worst: int = 3, stream=None) -> None:  #
 
 def cmd_report(args: argparse.Namespace) -> int:
     from lm_eval_toolfid.reporting import collect, html
-    from lm_eval_toolfid.reporting.leaderboard import format_table, sort_rows
+    from lm_eval_toolfid.reporting.leaderboard import format_leaderboard_table, sort_rows
     from lm_eval_toolfid.reporting.term import use_colour, verdict_painter
 
     _, board, breakdowns = collect(args.paths)
@@ -35,7 +35,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"wrote {args.html}", file=sys.stderr)
         if not args.terminal:
             return 0
-    print(format_table(board, colour=verdict_painter(use_colour(sys.stdout))))
+    print(format_leaderboard_table(board, colour=verdict_painter(use_colour(sys.stdout))))
     print_breakdowns(board, breakdowns, worst=min(args.worst, 5))
     return 0
 

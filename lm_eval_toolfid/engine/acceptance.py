@@ -51,8 +51,8 @@ def accept_predictions(live: LiveRow, preds: Sequence[tuple[int, float]], *, ver
     ``verified``: they come from a draft pass (else from the prompt pass, as in plain decoding).
 
     Draft token *j* is accepted while every token before it was and the prediction equals it. Returns ``DONE``
-    (the row stopped), ``MORE`` (every draft token so far accepted and the draft goes on beyond this pass) or
-    ``DECODE`` (the row continues by decode steps from ``live.pending``)."""
+    (the row stopped), ``VERIFY`` (every draft token so far accepted and the draft goes on beyond this pass: its
+    next chunk is verified) or ``DECODE`` (the row continues by decode steps from ``live.pending``)."""
     res, row = live.result, live.row
     draft = row.draft
     for j, (token, gap) in enumerate(preds, start=len(res.tokens)):
@@ -65,4 +65,4 @@ def accept_predictions(live: LiveRow, preds: Sequence[tuple[int, float]], *, ver
             return RowState.DECODE
     # every prediction matched a draft token, and the draft goes on beyond this pass
     assert res.accepted == len(res.tokens) <= len(draft)
-    return RowState.MORE
+    return RowState.VERIFY

@@ -1,10 +1,11 @@
-"""The engine's settings (:class:`EngineConfig`), what one run computed (:class:`EngineStats`) and the near-tie
-bound by dtype (:func:`near_tie_for`)."""
+"""The engine's settings (:class:`EngineConfig`), one run's context (:class:`RunContext`), what one run computed
+(:class:`EngineStats`) and the near-tie bound by dtype (:func:`near_tie_for`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 NEAR_TIE = 1e-3
 """Top-two logit gap below which a verified token counts as a near tie, float32 logits (docs/performance.md)."""
@@ -57,7 +58,7 @@ class EngineConfig:
     model's dtype, :func:`near_tie_for`)."""
     draft_probe_rows: int = 8
     """Rows whose first draft chunk is verified before the draft budget judges whether drafting pays (0: draft
-    every row, never stop; :mod:`lm_eval_toolfid.engine.draft_budget`)."""
+    every row, never stop; :mod:`lm_eval_toolfid.engine.scheduler`)."""
     draft_min_gain: float = 0.4
     """Tokens a first verification pass must gain per draft token it sends, over the run's drafting rows, for
     drafting to go on (what a sent draft token costs, in decode steps); below it, later rows decode instead."""
@@ -72,3 +73,34 @@ class EngineConfig:
     """Shortest shared prefix worth a pass of its own."""
     fold_gqa: bool = True
     """CPU: grouped-query attention over the unexpanded KV cache (:mod:`lm_eval_toolfid.engine.attention`)."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What one engine run's scheduler and stages read: built once by
+    :meth:`~lm_eval_toolfid.engine.decoding.GreedyEngine.run` from its rows and handed down, never changed."""
+
+    config: EngineConfig
+    """The engine's config for this run (a joint run: ``max_batch`` at least the number of views, so a prompt's rows
+    of every view fit the decode batch at once)."""
+    near_tie: float
+    """Top-two logit gap below which a token read from another schedule counts as a near tie."""
+    joint: bool = False
+    """Rows carry their view (:attr:`~lm_eval_toolfid.engine.rows.Row.view`): every pass names each row's adapter
+    (the base's rows none), so one pass serves every view."""
+    views: tuple[str | None, ...] = ()
+    """The run's distinct views, in the order its rows first name them (a joint run; None: the base)."""
+
+    @classmethod
+    def of(cls, rows: Sequence[Any], config: EngineConfig, near_tie: float) -> RunContext:
+        views = tuple(dict.fromkeys(row.view for row in rows))
+        joint = any(view is not None for view in views)
+        if joint:  # room for a prompt's rows of every view at once
+            config = dataclasses.replace(config, max_batch=max(config.max_batch, len(views)))
+        return cls(config=config, near_tie=near_tie, joint=joint, views=views if joint else ())
+
+    @property
+    def refill(self) -> int:
+        """Free decode slots at which waiting rows are admitted (``config.refill``; 0: ``max_batch // 8``, at least
+        1)."""
+        return self.config.refill or max(1, self.config.max_batch // 8)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from lm_eval_toolfid.engine.acceptance import take_token
-from lm_eval_toolfid.engine.config import EngineConfig
+from lm_eval_toolfid.engine.config import RunContext
 from lm_eval_toolfid.engine.handoffs import Joining
 from lm_eval_toolfid.engine.kv_store import DecodeSlots, KVStore
 from lm_eval_toolfid.engine.model_runner import ModelRunner
@@ -17,10 +17,10 @@ from lm_eval_toolfid.engine.rows import LiveRow
 class DecodeBatch:
     """Live rows (row b's cache is slot b of the buffers), right-aligned at column ``T`` (left padding)."""
 
-    def __init__(self, runner: ModelRunner, store: KVStore, config: EngineConfig, near_tie: float) -> None:
-        self.runner, self.config, self.near_tie = runner, config, near_tie
+    def __init__(self, runner: ModelRunner, store: KVStore, context: RunContext) -> None:
+        self.runner, self.context, self.config = runner, context, context.config
         self.rows: list[LiveRow] = []
-        self.slots = DecodeSlots(store, config.max_batch, spare_columns=runner.device.type == "cpu")
+        self.slots = DecodeSlots(store, context.config.max_batch, spare_columns=runner.device.type == "cpu")
         self.ids: Any = None
         """Slot b's next input token, ``[slots, 1]`` on the model's device: a step's argmax is copied in there (no
         ids built from Python lists, no host-to-device copy per step)."""
@@ -57,19 +57,19 @@ class DecodeBatch:
     def step(self) -> list[LiveRow]:
         """One decode step for every live row (slots ``0..n-1`` of the buffers: views, no copy); returns the rows
         that stopped, which leave at once."""
-        runner, record = self.runner, self.config.record_gaps
+        runner, record, joint = self.runner, self.config.record_gaps, self.context.joint
         n = len(self.rows)
         cache, mask = self.slots.open_step(n)
         logits = runner.forward(self.ids[:n], mask, self.positions[:n], cache, 1, step=True,
-                                views=[live.row.view for live in self.rows] if runner.joint else ())
-        best, gaps = runner.pick(logits, with_gaps=record or runner.joint or self.shared > 0, out=self.ids[:n])
+                                views=[live.row.view for live in self.rows] if joint else None)
+        best, gaps = runner.pick(logits, with_gaps=record or joint or self.shared > 0, out=self.ids[:n])
         self.positions[:n] += 1
         finished, done = [], []
         for b, live in enumerate(self.rows):
             token = best[b][0]
             live.length += 1
             if take_token(live.result, live.row, token, gaps[b][0] if gaps else 0.0, verified=False,
-                          near_tie=self.near_tie, record=record):
+                          near_tie=self.context.near_tie, record=record):
                 finished.append(live)
                 done.append(b)
             else:

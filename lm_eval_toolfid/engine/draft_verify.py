@@ -1,22 +1,26 @@
 """The draft verification stage: the drafts of a group of rows whose tokens have all matched so far, a chunk per
 pass (a first ``first_chunk`` probe, then the rest within the logits budget), on one cache that holds each row's
-prompt right-aligned (copied from its prompt pass). Rows come back finished or joining the decode batch."""
+prompt right-aligned (copied from its prompt pass). Rows come back finished or joining the decode batch; rows whose
+view stopped drafting (the scheduler's draft budget) join it from their prompt pass instead
+(:func:`decode_without_drafts`)."""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 from lm_eval_toolfid.engine.acceptance import accept_predictions
-from lm_eval_toolfid.engine.config import EngineConfig
-from lm_eval_toolfid.engine.handoffs import Drafting, StageResult, RowState
+from lm_eval_toolfid.engine.config import RunContext
+from lm_eval_toolfid.engine.handoffs import Drafting, Joining, RowState, StageResult
 from lm_eval_toolfid.engine.kv_store import KVRef, KVStore
 from lm_eval_toolfid.engine.model_runner import ModelRunner
 from lm_eval_toolfid.engine.rows import LiveRow
 
 
 class DraftVerifier:
-    def __init__(self, runner: ModelRunner, store: KVStore, config: EngineConfig, near_tie: float) -> None:
-        self.runner, self.store, self.config, self.near_tie = runner, store, config, near_tie
+    """Verifies the drafts of groups of rows (:meth:`verify`)."""
+
+    def __init__(self, runner: ModelRunner, store: KVStore, context: RunContext) -> None:
+        self.runner, self.store, self.context, self.config = runner, store, context, context.config
 
     def chunk(self, rows: int) -> int:
         """Draft tokens per verification pass after the first: logits stay within ``verify_logits``."""
@@ -59,7 +63,8 @@ class DraftVerifier:
             positions = start[:, None] + torch.arange(C)[None, :]
             for layer in layers:  # room for this chunk
                 layer.reserve(width + C)
-            logits = runner.forward(ids, mask, positions, store.cache(layers), C, views=[rows[r].view for r in todo])
+            logits = runner.forward(ids, mask, positions, store.cache(layers), C,
+                                    views=[rows[r].view for r in todo] if self.context.joint else None)
             best, gaps = runner.pick(logits)
             del logits
             states: list[tuple[RowState, LiveRow, KVRef]] = []
@@ -68,8 +73,8 @@ class DraftVerifier:
                 fed[r] += n
                 live = lives[r]
                 state = accept_predictions(live, list(zip(best[j][:n], gaps[j][:n])), verified=True,
-                                           near_tie=self.near_tie, record=self.config.record_gaps)
-                if state is RowState.MORE:
+                                           near_tie=self.context.near_tie, record=self.config.record_gaps)
+                if state is RowState.VERIFY:
                     again.append(r)
                     continue
                 if state is RowState.DECODE:
@@ -84,3 +89,16 @@ class DraftVerifier:
             return layers, mask
         torch = self.runner.torch
         return self.store.select(layers, sel), mask.index_select(0, torch.tensor(sel, dtype=torch.long))
+
+
+def decode_without_drafts(group: Sequence[Drafting]) -> StageResult:
+    """Rows whose first token matched their draft, sent to the decode batch instead of verified: from the KV and
+    first token of their prompt pass, as plain decoding's rows join it, so their tokens are plain decoding's."""
+    joining = []
+    for d in group:
+        live = d.live
+        live.result.draft_dropped = True
+        live.pending = live.result.tokens[-1]
+        live.length = len(live.row.prompt)
+        joining.append(Joining(live, d.kv))
+    return StageResult(joining=tuple(joining))

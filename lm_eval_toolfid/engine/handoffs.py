@@ -1,6 +1,7 @@
-"""What the engine's stages hand each other: a row's state after a pass (:class:`RowState`), a row that goes on
-to draft verification (:class:`Drafting`) or joins the decode batch (:class:`Joining`), and what a stage
-returns (:class:`StageResult`)."""
+"""What the scheduler and the engine's stages hand each other: a row the scheduler admitted (:class:`Admitted`), a
+row's state after a pass (:class:`RowState`), a row that goes on to draft verification (:class:`Drafting`) or joins
+the decode batch (:class:`Joining`), what a stage returns (:class:`StageResult`), and a verification pass's rows as
+the scheduler splits them (:class:`DraftSplit`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,17 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from lm_eval_toolfid.engine.kv_store import KVRef
-from lm_eval_toolfid.engine.rows import LiveRow
+from lm_eval_toolfid.engine.rows import LiveRow, Row
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A row admitted to its prompt pass: its index in the run, and the shared prefix it starts from (a node of
+    the run's :class:`~lm_eval_toolfid.engine.prefix_cache.PrefixPlan`; None: from the start)."""
+
+    index: int
+    row: Row
+    node: int | None = None
 
 
 class RowState(enum.Enum):
@@ -17,8 +28,8 @@ class RowState(enum.Enum):
 
     DONE = "done"
     """The row stopped: its result is final."""
-    MORE = "more"
-    """Every draft token so far accepted, and the draft goes on beyond this pass: verify the next chunk."""
+    VERIFY = "verify"
+    """Every draft token so far accepted, and the draft goes on beyond this pass: its next chunk is verified."""
     DECODE = "decode"
     """The row continues by decode steps from its ``pending`` token."""
 
@@ -58,5 +69,14 @@ class StageResult:
         """Rows sorted by their state after a pass, each with where its KV is."""
         return StageResult(finished=tuple(live for state, live, _ in states if state is RowState.DONE),
                        joining=tuple(Joining(live, kv) for state, live, kv in states if state is RowState.DECODE),
-                       drafting=tuple(Drafting(live, kv) for state, live, kv in states if state is RowState.MORE),
+                       drafting=tuple(Drafting(live, kv) for state, live, kv in states if state is RowState.VERIFY),
                        shared_tokens=shared_tokens)
+
+
+@dataclass(frozen=True)
+class DraftSplit:
+    """A verification pass's rows as the scheduler splits them: those whose view still drafts, verified; the others
+    (drafting stopped for their view) join the decode batch from their prompt pass."""
+
+    verify: tuple[Drafting, ...] = ()
+    decode: tuple[Drafting, ...] = ()

@@ -109,9 +109,6 @@ class ModelRunner:
         self.pad_id = pad_id
         self.stats = stats
         self.device = next(model.parameters()).device
-        self.joint = False
-        """Rows carry their view (:attr:`~lm_eval_toolfid.engine.rows.Row.view`): every pass names each row's
-        adapter (``__base__`` for the base), so one pass serves every view."""
         self._routed = False
         """:meth:`routing` holds hooks on the LoRA layers: a pass hands them its rows' adapters (:attr:`_row_views`)
         instead of PEFT's ``adapter_names=`` argument."""
@@ -124,10 +121,11 @@ class ModelRunner:
             self.attention = contextlib.nullcontext
 
     def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any, keep: int,
-                step: bool = False, views: Sequence[str | None] = ()) -> Any:
+                step: bool = False, views: Sequence[str | None] | None = None) -> Any:
         """Logits of the last ``keep`` positions, [batch, keep, vocab] (float32); ``step``: a decode step (else a
-        prompt or draft pass); ``views``: each row's adapter (read in a joint run). The tensors may be on the CPU:
-        they are moved to the model's device."""
+        prompt or draft pass); ``views``: a joint run's pass names each row's adapter (None: the base, PEFT's
+        ``__base__``), so one pass serves every view; without ``views`` every row runs on the model as it is. The
+        tensors may be on the CPU: they are moved to the model's device."""
         device = self.device
         input_ids, attention_mask, position_ids = input_ids.to(device), attention_mask.to(device), position_ids.to(device)
         stats = self.stats
@@ -140,7 +138,7 @@ class ModelRunner:
         stats.logit_rows += int(input_ids.shape[0]) * keep
         kwargs: dict[str, Any] = {"logits_to_keep": keep} if self.fit.keep_logits else {}
         kwargs[self.fit.cache_arg] = cache
-        if self.joint:
+        if views is not None:
             if len(views) != int(input_ids.shape[0]):
                 raise ValueError(f"a joint pass of {int(input_ids.shape[0])} rows names {len(views)} views")
             names = [BASE_VIEW if v is None else v for v in views]
@@ -157,8 +155,9 @@ class ModelRunner:
         return logits.float()
 
     @contextlib.contextmanager
-    def routing(self, views: Iterable[str | None]) -> Iterator[None]:
-        """While a joint run lasts, each LoRA layer gets the rows' adapters from a pre-forward hook registered once.
+    def routing(self, views: Iterable[str | None] | None) -> Iterator[None]:
+        """While a joint run lasts (``views``: its rows' views; None: not a joint run), each LoRA layer gets the rows'
+        adapters from a pre-forward hook registered once.
 
         PEFT's ``adapter_names=`` argument does the same per pass, through ``_enable_peft_forward_hooks``: two walks
         over every module of the model and a hook registered and removed on every LoRA layer, on every forward pass
@@ -166,8 +165,8 @@ class ModelRunner:
         ``adapter_names`` either way (PEFT's mixed-batch forward computes the same), so answers are unchanged.
         Outside a joint run, or on a model without LoRA layers, nothing is registered and :meth:`forward` passes
         ``adapter_names=`` as before. An adapter name no LoRA layer has is refused as PEFT refuses it."""
-        layers = mixed_batch_layers(self.model) if self.joint else []
-        if layers:
+        layers = mixed_batch_layers(self.model) if views is not None else []
+        if views is not None and layers:
             known = {name for layer in layers for name in (*getattr(layer, "lora_A", {}),
                                                            *getattr(layer, "lora_embedding_A", {}))}
             unknown = {v for v in views if v is not None} - known

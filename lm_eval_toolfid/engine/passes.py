@@ -1,48 +1,13 @@
-"""Prompt-side forward passes: which rows go together (:func:`length_groups`: like length, within the padded-token
-budget) and one pass over rows that may start from a shared prefix's KV (:func:`run_pass`)."""
+"""One prompt-side forward pass over rows that may start from a shared prefix's KV (:func:`run_pass`); which rows go
+together is the scheduler's (:mod:`~lm_eval_toolfid.engine.scheduler`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Sequence
 
 from lm_eval_toolfid.engine.kv_store import KVRef, KVStore
 from lm_eval_toolfid.engine.model_runner import ModelRunner
-
-T = TypeVar("T")
-
-
-def length_groups(items: Sequence[T], length: Callable[[T], int], budget: int, share: float,
-                  rows: Callable[[T], int] | None = None) -> Iterator[list[T]]:
-    """Consecutive items (longest first) per pass: at most ``budget`` padded tokens, and at most ``share`` of them
-    padding; ``rows``: the rows an item stands for (default 1; a unit of sibling rows goes whole)."""
-    group: list[T] = []
-    longest = real = count = 0
-    for item in items:  # already longest first
-        n, k = length(item), rows(item) if rows is not None else 1
-        top = max(longest, n)
-        padded = top * (count + k)
-        if group and (padded > budget or padded - real - n * k > share * padded):
-            yield group
-            group, longest, real, count, top = [], 0, 0, 0, n
-        group.append(item)
-        longest, real, count = top, real + n * k, count + k
-    if group:
-        yield group
-
-
-def sibling_groups(items: Sequence[T], length: Callable[[T], int], budget: int, share: float,
-                   sibling: Callable[[T], Any]) -> Iterator[list[T]]:
-    """:func:`length_groups` that never parts siblings: consecutive items of equal ``sibling`` key (a prompt's rows of
-    every view in a joint run) go through the same pass, so they are computed by the same kernels."""
-    units: list[list[T]] = []
-    for item in items:
-        if units and sibling(units[-1][0]) == sibling(item):
-            units[-1].append(item)
-        else:
-            units.append([item])
-    for group in length_groups(units, lambda u: length(u[0]), budget, share, rows=len):
-        yield [item for unit in group for item in unit]
 
 
 @dataclass(frozen=True)
@@ -64,10 +29,11 @@ class PassOut:
     kv: tuple[KVRef, ...]
 
 
-def run_pass(runner: ModelRunner, store: KVStore, entries: Sequence[PassEntry], keep: int = 1) -> PassOut:
+def run_pass(runner: ModelRunner, store: KVStore, entries: Sequence[PassEntry], joint: bool, keep: int = 1) -> PassOut:
     """One forward pass of ``entries`` in one batch: each prefix right-aligned at column P (left padding), the tokens
     after it left-padded to width S, explicit mask and positions. Without prefixes this is exactly the plain prompt
-    pass. Each entry's KV is its prefix's span and its tokens' span, in order."""
+    pass. Each entry's KV is its prefix's span and its tokens' span, in order. ``joint``: the pass names each entry's
+    adapter (its ``view``)."""
     torch = runner.torch
     P = max(e.depth for e in entries)
     S = max(len(e.tokens) for e in entries)
@@ -89,5 +55,5 @@ def run_pass(runner: ModelRunner, store: KVStore, entries: Sequence[PassEntry], 
         kv = store.alloc(next(e.prefix for e in entries if e.depth).kv, B, P + S)
         store.place_many(kv, [(r, P - e.depth, e.prefix) for r, e in enumerate(entries) if e.depth])
         cache = store.cache(store.layers(kv, P))
-    logits = runner.forward(ids, mask, positions, cache, keep, views=[e.view for e in entries])
+    logits = runner.forward(ids, mask, positions, cache, keep, views=[e.view for e in entries] if joint else None)
     return PassOut(logits, tuple(KVRef.of_layers(cache.layers, r, s) for r, s in enumerate(spans)))

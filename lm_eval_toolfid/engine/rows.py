@@ -48,7 +48,7 @@ class RowResult:
     first token always comes from the prompt pass, as in plain decoding)."""
     draft_dropped: bool = False
     """The row's first token matched its draft, but drafting had stopped (the draft budget,
-    :mod:`lm_eval_toolfid.engine.draft_budget`): it was decoded from its prompt pass as plain decoding does."""
+    :mod:`lm_eval_toolfid.engine.scheduler`): it was decoded from its prompt pass as plain decoding does."""
     near_ties: int = 0
     """Verified tokens whose top-two logit gap was below the engine's ``near_tie``."""
     shared: int = 0

@@ -32,7 +32,7 @@ file is refused for a primed prompt (:func:`stale_under_primer`)."""
 
 def stale_under_primer(source: str, stop_rule: Any) -> str:
     """The one line that refuses a base run written before :data:`STOP_RULE` for a primed prompt."""
-    return (f"base run {source} was written before toolfid's early stop read the prompt's primer (issue 28): under "
+    return (f"base run {source} was written before toolfid's early stop read the prompt's primer: under "
             "this primed prompt (plain-v3) its answers may be cut one brace short; re-run the base")
 
 

@@ -218,7 +218,9 @@ def _aligned(head: list[str], body: list[list[str]], colour: Any = None) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths]), *(line(b, True) for b in body)])
 
 
-def format_table(board: Leaderboard, colour: Any = None) -> str:
+def format_leaderboard_table(board: Leaderboard, colour: Any = None) -> str:
+    """The leaderboard as plain text: one aligned table per group (titled where there are several groups or the
+    group says why it stands apart), then the board's notes; ``colour`` paints the cells (:func:`_aligned`)."""
     parts = []
     for i, group in enumerate(board.groups):
         if len(board.groups) > 1 or group.why:

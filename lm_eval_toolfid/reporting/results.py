@@ -134,7 +134,7 @@ def verdict_label(row: RunRow) -> str:
     return verdict.get("label") or label_of(verdict.get("passed")) if verdict else "UNDECIDED"
 
 
-def format_table(rows: list[RunRow], base_valid: float | None = None, width: int | None = None,
+def format_verdict_table(rows: list[RunRow], base_valid: float | None = None, width: int | None = None,
                  reasons: bool = True) -> str:
     """A plain-text verdict table, one line per adapter, no wider than ``width`` (default: the terminal's,
     120 when not a terminal): the ``why`` column holds the short reason, the full reasons follow the table

@@ -15,7 +15,7 @@ import re
 import sys
 from typing import Any, Sequence
 
-from lm_eval_toolfid.reporting.results import RunRow, format_table, reason_of, verdict_label
+from lm_eval_toolfid.reporting.results import RunRow, format_verdict_table, reason_of, verdict_label
 from lm_eval_toolfid.reporting.term import fill as _fill
 
 
@@ -83,7 +83,7 @@ def reasons(rows: Sequence[RunRow], width: int | None = None) -> str:
 
 def verdicts(rows: Sequence[RunRow], base_valid: float | None = None, width: int | None = None) -> str:
     """The table, its legend, the reasons."""
-    table = format_table(list(rows), base_valid, width=width, reasons=False)
+    table = format_verdict_table(list(rows), base_valid, width=width, reasons=False)
     return f"{table}\n{legend(rows, width)}\n\n{reasons(rows, width)}"
 
 
@@ -189,7 +189,7 @@ def generation_paths(rows: list[Any], base: Any = None) -> str:
 
 def drafting_note(gen: dict[str, Any]) -> str:
     """What a verified view's header line adds when its drafts were rejected early and drafting stopped
-    (:mod:`lm_eval_toolfid.engine.draft_budget`); empty otherwise."""
+    (:mod:`lm_eval_toolfid.engine.scheduler`); empty otherwise."""
     stop = gen.get("drafting_stopped")
     if not stop:
         return ""

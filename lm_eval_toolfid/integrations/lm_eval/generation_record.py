@@ -16,7 +16,7 @@ them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.ge
   + ``tokens_decoded`` (one decode step each); ``tokens_accepted``: draft tokens the adapter's own
   argmax confirmed; ``rows_answered_by_verification``: cases that needed no decode step at all;
 - ``rows_draft_dropped``: cases whose first token matched the base's but that were decoded, because the view's
-  drafts were being rejected early (:mod:`lm_eval_toolfid.engine.draft_budget`; not counted in
+  drafts were being rejected early (:mod:`lm_eval_toolfid.engine.scheduler`; not counted in
   ``rows_verified``); ``drafting_stopped`` (only when drafting stopped): after how many rows, the draft tokens
   their first verification passes sent and the tokens those gained, the ``gain`` that triggered it, the bound
   ``min_gain`` and the ``reason``;

@@ -8,12 +8,13 @@ doc has an ``expected_calls`` column) generated greedily: those go through
   ``max_gen_toks``, and — for cases answered by (at most) one call — at the end of that call
   (:class:`lm_eval_toolfid.integrations.lm_eval.stopping.RowStopper`; the scoring core answers those cases with
   the text up to the end of the first call, so outcomes equal a run that generated on);
-- the whole view goes to the engine at once, which prefills longest first and keeps a decode batch
-  of ``batch_size`` rows full (``auto``: sized from free memory, :mod:`lm_eval_toolfid.integrations.lm_eval.batch_size`;
-  out of memory, it halves the batch and says so);
+- the whole view goes to the engine at once, which admits its rows in its scheduler's order (a shared prompt
+  prefix's rows together, else longest first) and keeps a decode batch of ``batch_size`` rows full (``auto``:
+  sized from free memory, :mod:`lm_eval_toolfid.integrations.lm_eval.batch_size`; out of memory, it halves the
+  batch and says so);
 - **verification**: a request that carries the base's answer (a *draft*) is checked in one forward
-  pass instead of decoded token by token (see ``decoding``); drafts come from the base view of the
-  same session (:attr:`ToolfidHFLM.drafts`, exact token ids, filled while :attr:`record_drafts` is
+  pass instead of decoded token by token (docs/architecture.md, "The engine's stages"); drafts come from the base
+  view of the same session (:attr:`ToolfidHFLM.drafts`, exact token ids, filled while :attr:`record_drafts` is
   on) or from the task (the request's :class:`~lm_eval_toolfid.integrations.lm_eval.hints.RequestHints`
   ``draft``: the stored base reference's text, re-tokenized).
   Whether a view verifies is :mod:`lm_eval_toolfid.integrations.lm_eval.verify_policy`'s rule: by default in float32,
@@ -47,7 +48,7 @@ from lm_eval.models.utils_hf import stop_sequences_criteria
 from lm_eval_toolfid.integrations.lm_eval.batch_size import auto_batch_size, halve_on_oom, verify_logits_for
 from lm_eval_toolfid.engine.decoding import (EngineConfig, EngineUnsupported, GreedyEngine, Row, engine_unsupported,
                                               near_tie_for)
-from lm_eval_toolfid.engine.draft_budget import drafting_stopped
+from lm_eval_toolfid.engine.scheduler import drafting_stopped
 from lm_eval_toolfid.integrations.lm_eval.stopping import RowStopper, eos_token_ids, make_stopping_criteria
 from lm_eval_toolfid.integrations.lm_eval.verify_policy import VerifyChoice, choose_verify, combine_requests
 from lm_eval_toolfid.integrations.lm_eval.generation_record import GenerationInfo

@@ -1,7 +1,7 @@
 """Per-row stopping: where one generated row ends (end of the tool call, a stop string, EOS, the budget).
 
-:class:`RowStopper` is what :mod:`lm_eval_toolfid.engine.decoding` asks after every token of a
-row: the model's EOS ids (as ``generate`` uses them), lm-eval's ``until`` strings, the end of the
+:class:`RowStopper` is what the engine (:func:`lm_eval_toolfid.engine.acceptance.take_token`) asks after every
+token of a row: the model's EOS ids (as ``generate`` uses them), lm-eval's ``until`` strings, the end of the
 first complete tool call in the text the scorer reads (the prompt's primer + the generation;
 :class:`lm_eval_toolfid.formats.call_end.AnswerWatch`, single-call requests only) and ``max_gen_toks``.
 :func:`make_stopping_criteria` wraps the same rule as a transformers ``StoppingCriteria`` that answers per sequence of a batch (for ``generate``; lm-eval's
