@@ -13,7 +13,7 @@ import pytest
 from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.integrations.vllm.model import Journal
-from lm_eval_toolfid.integrations.vllm.session import (
+from lm_eval_toolfid.run.vllm_session import (
     default_max_lora_rank,
     parse_engine_args,
     view_model_args,

@@ -91,7 +91,7 @@ def _vllm_options(args: argparse.Namespace) -> VllmOptions | None:
         if value:
             raise ToolfidError(f"{flag} does not apply to --backend vllm (vLLM places and batches the models itself; "
                                "engine options: --vllm-arg KEY=VALUE)")
-    from lm_eval_toolfid.integrations.vllm.session import parse_engine_args
+    from lm_eval_toolfid.run.vllm_session import parse_engine_args
 
     return VllmOptions(dtype=args.dtype, engine_args=parse_engine_args(items))
 

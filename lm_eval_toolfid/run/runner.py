@@ -4,7 +4,7 @@ finishes, and reused by ``--resume`` when its manifest matches (decided here, on
 
 A :class:`ViewSession` evaluates views: :class:`~lm_eval_toolfid.run.session.ModelSession` (a base loaded in
 this process), :class:`~lm_eval_toolfid.run.served_session.ServedSession` (model names of one server) or
-:class:`~lm_eval_toolfid.integrations.vllm.session.VllmSession` (one vLLM engine in this process). The
+:class:`~lm_eval_toolfid.run.vllm_session.VllmSession` (one vLLM engine in this process). The
 runner hands it a list of views and saves each result it yields before asking for the next, so a session may
 run several views at once and yield them as they finish."""
 
@@ -50,7 +50,7 @@ def open_session(plan: RunPlan, progress: Any = None) -> ViewSession:
 
         return ServedSession(plan.base, plan.models, progress, plan.verbose)
     if isinstance(plan.models, VllmOptions):
-        from lm_eval_toolfid.integrations.vllm.session import VllmSession
+        from lm_eval_toolfid.run.vllm_session import VllmSession
 
         return VllmSession(plan.base, plan.models, progress, plan.verbose)
     from lm_eval_toolfid.run.session import ModelSession
