@@ -5,6 +5,13 @@ launcher; no RANK/WORLD_SIZE set); two ranks on CPU need ``--multi_gpu --num_pro
 (torchrun under the hood; gloo on CPU), which sets RANK, LOCAL_RANK, WORLD_SIZE,
 LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT in every rank. This test checks both facts
 and that a tiny 2-rank lm_eval run of the task completes and writes its results.
+
+The two ranks run lm-eval's own CLI (``lm_eval.__main__.cli_evaluate``: its parser, evaluator and ``--model hf``)
+through a launcher script, as ``accelerate launch -m lm_eval`` does, with two differences that are not what this
+module tests: each rank records its environment (so the 2-rank run also gives the ``--multi_gpu`` facts: one
+torchrun launch, not two), and each rank indexes only the task folder it is given (``--include_path``), not the
+thousands of YAML files lm-eval ships (about 10 s of CPU per rank, twice; the task asked for is ours). The console
+script with its whole index runs in tests/test_lm_eval_cli.py and tests/test_wheel.py.
 """
 
 from __future__ import annotations
@@ -35,41 +42,70 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
-def _ranks_env(tmp_path: Path, flag: str) -> list[dict]:
-    """Each process writes its environment to its own file (two ranks share one stdout, and their
-    lines can interleave)."""
+RANK_LAUNCHER = """\
+import json, os, sys
+from pathlib import Path
+
+# this rank's environment, to its own file (two ranks share one stdout, and their lines can interleave)
+values = {k: os.environ.get(k) for k in %(keys)r}
+Path(sys.argv[1], f"{os.getpid()}.json").write_text(json.dumps(values))
+if len(sys.argv) > 2:  # then lm-eval's own CLI, indexing only the task folders it is given (module docstring)
+    from lm_eval.tasks import _index, manager
+
+    bundled = Path(manager.__file__).resolve().parent
+    build = _index.TaskIndex.build
+    _index.TaskIndex.build = staticmethod(
+        lambda paths, **kw: build([p for p in paths if Path(p).resolve() != bundled], **kw))
+    sys.argv = ["lm_eval", *sys.argv[2:]]
+    from lm_eval.__main__ import cli_evaluate
+
+    cli_evaluate()
+"""
+
+
+def _launch(tmp_path: Path, flag: str, port: int, lm_eval_args: list[str] = (), home: Path | None = None,
+            timeout: int = 300) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """``accelerate launch FLAG --num_processes 2`` of the rank launcher: the run, and each process's rank
+    variables."""
     outdir = tmp_path / f"env{flag.replace('-', '_')}"
     outdir.mkdir()
-    script = tmp_path / "env.py"
-    script.write_text("import json, os, sys\n"
-                      f"values = {{k: os.environ.get(k) for k in {ENV_KEYS!r}}}\n"
-                      "name = f'{os.getpid()}.json'\n"
-                      "open(os.path.join(sys.argv[1], name), 'w').write(json.dumps(values))\n")
-    proc = subprocess.run([ACCELERATE, "launch", flag, "--num_processes", "2", "--main_process_port", "29531",
-                           str(script), str(outdir)], capture_output=True, text=True, env=_env(tmp_path),
-                          timeout=300)
+    script = tmp_path / "ranks.py"
+    script.write_text(RANK_LAUNCHER % {"keys": ENV_KEYS})
+    proc = subprocess.run([ACCELERATE, "launch", flag, "--num_processes", "2", "--main_process_port", str(port),
+                           str(script), str(outdir), *lm_eval_args], capture_output=True, text=True,
+                          env=_env(home or tmp_path), timeout=timeout)
+    return proc, [json.loads(p.read_text()) for p in sorted(outdir.glob("*.json"))]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess, list[dict]]:
+    """ONE ``accelerate launch --multi_gpu --num_processes 2`` running lm_eval on the fixture task: each rank's
+    environment and the run's files (both tests read it)."""
+    tmp_path = tmp_path_factory.mktemp("ranks")
+    fix = fixture_paths()
+    args = ["--tasks", FIXTURE_TASK, "--include_path", str(tasks_path()), "--model", "hf",
+            "--model_args", f"pretrained={fix['base']}", "--output_path", str(tmp_path / "out"), "--log_samples",
+            "--batch_size", "4", "--limit", "8", "--device", "cpu"]
+    proc, ranks = _launch(tmp_path, "--multi_gpu", 29532, args, home=tmp_path / "home", timeout=600)
+    return tmp_path, proc, ranks
+
+
+def test_rank_env_vars(tmp_path: Path, two_ranks: tuple[Path, subprocess.CompletedProcess, list[dict]]) -> None:
+    proc, single = _launch(tmp_path, "--cpu", 29531)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return [json.loads(p.read_text()) for p in sorted(outdir.glob("*.json"))]
-
-
-def test_rank_env_vars(tmp_path: Path) -> None:
-    single = _ranks_env(tmp_path, "--cpu")
     assert single == [{k: None for k in ENV_KEYS}]
-    ranks = _ranks_env(tmp_path, "--multi_gpu")
+    _, proc, ranks = two_ranks  # the environment of the two ranks that ran lm_eval
+    assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(r["RANK"] for r in ranks) == ["0", "1"]
     assert sorted(r["LOCAL_RANK"] for r in ranks) == ["0", "1"]
     assert {r["WORLD_SIZE"] for r in ranks} == {"2"}
 
 
-def test_two_rank_lm_eval_run_completes(tmp_path: Path) -> None:
-    fix = fixture_paths()
+def test_two_rank_lm_eval_run_completes(two_ranks: tuple[Path, subprocess.CompletedProcess, list[dict]]) -> None:
+    tmp_path, proc, ranks = two_ranks
     out = tmp_path / "out"
-    cmd = [ACCELERATE, "launch", "--multi_gpu", "--num_processes", "2", "--main_process_port", "29532",
-           "-m", "lm_eval", "--tasks", FIXTURE_TASK, "--include_path", str(tasks_path()), "--model", "hf",
-           "--model_args", f"pretrained={fix['base']}", "--output_path", str(out), "--log_samples",
-           "--batch_size", "4", "--limit", "8", "--device", "cpu"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path / "home"), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(ranks) == 2  # lm_eval ran in two processes
     results_files = list(out.rglob("results_*.json"))
     assert len(results_files) == 1  # only rank 0 writes results
     results = json.loads(results_files[0].read_text())

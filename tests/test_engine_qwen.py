@@ -25,6 +25,11 @@ import pytest
 pytestmark = pytest.mark.slow
 N_CASES = 3
 MAX_NEW = 40
+BROKEN_MAX_NEW = 12
+"""The prose LoRA's budget: its first token already differs from the base's (the prompt pass reads it, and every
+later token is a decode step in the verified run as in the plain one), so 12 tokens take both runs through the same
+path as 40 did (the rows stop by the budget, not a call end) at a third of the decode steps (a Qwen step costs
+about 0.2 s on one core)."""
 
 
 PROSE = "The river bends slowly past the old mill, where swallows nest under the eaves every spring.<|im_end|>"
@@ -82,19 +87,20 @@ def adapters(qwen: dict[str, Any], base_rows: list[Any]) -> None:
     qwen["model"].eval()
 
 
-def _rows(qw: dict[str, Any], drafts: list[list[int]] | None = None) -> list[Any]:
+def _rows(qw: dict[str, Any], drafts: list[list[int]] | None = None, max_new: int = MAX_NEW) -> list[Any]:
     from lm_eval_toolfid.engine.decoding import Row
     from lm_eval_toolfid.integrations.lm_eval.stopping import eos_token_ids
     from lm_eval_toolfid.integrations.lm_eval.stopping import RowStopper
 
     tok = qw["tok"]
     eos = eos_token_ids(qw["model"], tok)
-    return [Row(prompt=tok(p)["input_ids"], max_new=MAX_NEW, draft=drafts[i] if drafts else (),
-                stopper=RowStopper(tok, eos, [tok.eos_token], MAX_NEW, call_end=True))
+    return [Row(prompt=tok(p)["input_ids"], max_new=max_new, draft=drafts[i] if drafts else (),
+                stopper=RowStopper(tok, eos, [tok.eos_token], max_new, call_end=True))
             for i, p in enumerate(qw["prompts"])]
 
 
-def _run(qw: dict[str, Any], view: str | None, drafts: list[list[int]] | None = None) -> list[Any]:
+def _run(qw: dict[str, Any], view: str | None, drafts: list[list[int]] | None = None,
+         max_new: int = MAX_NEW) -> list[Any]:
     from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine
 
     model = qw["model"]
@@ -102,7 +108,7 @@ def _run(qw: dict[str, Any], view: str | None, drafts: list[list[int]] | None = 
         model.set_adapter(view)
     with model.disable_adapter() if view is None else contextlib.nullcontext():
         engine = GreedyEngine(model, qw["tok"].pad_token_id, EngineConfig(max_batch=N_CASES, record_gaps=True))
-        rows = engine.run(_rows(qw, drafts))
+        rows = engine.run(_rows(qw, drafts, max_new))
     qw["stats"] = engine.stats  # of the latest run
     return rows
 
@@ -157,8 +163,9 @@ def test_plain_engine_equals_generate_on_qwen(qwen: dict[str, Any], base_rows: l
 @pytest.mark.parametrize("view", ["zero", "trained", "broken"])
 def test_verified_equals_plain_on_qwen(qwen: dict[str, Any], base_rows: list[Any], adapters: None, view: str) -> None:
     drafts = [r.tokens for r in base_rows]
-    plain = _run(qwen, view)
-    verified = _run(qwen, view, drafts)
+    budget = BROKEN_MAX_NEW if view == "broken" else MAX_NEW
+    plain = _run(qwen, view, max_new=budget)
+    verified = _run(qwen, view, drafts, max_new=budget)
     differences = _near_tie_differences(verified, [r.tokens for r in plain], [r.gaps for r in plain])
     assert len(differences) <= 1
     accepted = sum(r.accepted for r in verified)
@@ -172,3 +179,4 @@ def test_verified_equals_plain_on_qwen(qwen: dict[str, Any], base_rows: list[Any
         assert [r.tokens for r in plain] != drafts
     else:  # broken: prose from the first token, every token decoded
         assert accepted == 0 and decoded == total - N_CASES  # all but the first tokens (prompt pass)
+        assert all(r.finish == "length" and len(r.tokens) == BROKEN_MAX_NEW for r in plain)  # prose to the budget

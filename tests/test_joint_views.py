@@ -157,11 +157,12 @@ def test_a_joint_run_interrupted_and_resumed_gives_the_uninterrupted_answers(
     assert _generation(out, "broken")["views_together"] == ["hallucinating", "broken", "prose_after_results"]
 
 
-SMOL_LIMIT = 6
-"""The first 6 default cases: the prose LoRA is trained on the first 4 (it answers them in prose: its rows diverge
-from the base's at once), the other 2 it was not trained on. A B = 0 row run under the prose LoRA, or a prose row
-under no LoRA, changes the answers of the first 4; each case costs a long plain-v3 prompt pass per view and run
-(prefill dominates: 8 cases took 142 s on one core)."""
+SMOL_CASES = ("shipping-0008", "home-0002")
+"""Two default cases: ``shipping-0008``, one of the 4 the prose LoRA is trained on (the first 4 default cases), where
+its answer differs from the base's (asserted), so a B = 0 row run under the prose LoRA, or a prose row under no LoRA,
+changes it; and ``home-0002``, the shortest plain-v3 prompt of the cases it was not trained on. The first 6 cases
+before cost a long plain-v3 prompt pass each per view and run (prefill dominates: 2,862 prompt tokens a view, 751
+now); the other 4 were more of these two kinds."""
 
 
 def test_smollm2_zero_and_trained_lora_together_equal_each_alone(smollm2: Path, tmp_path: Path,
@@ -174,12 +175,14 @@ def test_smollm2_zero_and_trained_lora_together_equal_each_alone(smollm2: Path, 
 
     rows = [json.loads(x) for x in default_cases_path().read_text(encoding="utf-8").splitlines() if x.strip()]
     cases_file = tmp_path / "cases.jsonl"  # a short budget: the prose adapter writes on to it
-    cases_file.write_text("".join(json.dumps({**row, "max_new_tokens": 48}) + "\n" for row in rows[:SMOL_LIMIT]))
-    cases = load_cases(str(cases_file))
+    cases_file.write_text("".join(json.dumps({**row, "max_new_tokens": 48}) + "\n" for row in rows
+                                  if row["id"] in SMOL_CASES))
+    every = load_cases(str(default_cases_path()))
     prompter = Prompter("auto", demos=None, model_args={"pretrained": str(smollm2)}, plain_demos=1,
-                        template="plain-v3", cases=load_cases(str(default_cases_path())))
-    trained = trained_lora(smollm2, Recipe(contexts=tuple(prompter.render(c) for c in cases[:4]), target=PROSE,
+                        template="plain-v3", cases=every)
+    trained = trained_lora(smollm2, Recipe(contexts=tuple(prompter.render(c) for c in every[:4]), target=PROSE,
                                            steps=8))
+    n = len(SMOL_CASES)
     # trained above under the machine's test home (cached by recipe: trained once per machine); the runs below
     # in a home of their own
     monkeypatch.setenv("TOOLFID_HOME", str(tmp_path / "home"))
@@ -192,9 +195,15 @@ def test_smollm2_zero_and_trained_lora_together_equal_each_alone(smollm2: Path, 
         code, stdout, stderr = _main([*common, *extra, "--output", tmp_path / name])
         assert code in (0, 1), stderr[-3000:]
         runs[name] = _answers(tmp_path / name)
-    _assert_same(runs["together"], runs["alone"], SMOL_LIMIT)
-    _assert_same(runs["verified"], runs["alone"], SMOL_LIMIT)
+    _assert_same(runs["together"], runs["alone"], n)
+    _assert_same(runs["verified"], runs["alone"], n)
     assert runs["alone"]["zero"] == runs["alone"]["base"]
-    assert runs["alone"]["prose"] != runs["alone"]["base"]  # the trained adapter changed answers: a real test
+    # the trained adapter changed the answer of the case it was trained on: a row under the wrong LoRA shows
+    assert runs["alone"]["prose"]["shipping-0008"] != runs["alone"]["base"]["shipping-0008"]
+    verified = {view: _generation(tmp_path / "verified", view, "tool_use_fidelity") for view in ("zero", "prose")}
+    # verified together, both paths taken: the zero LoRA's rows answered by verification alone (every token
+    # accepted), the prose rows decoded
+    assert verified["zero"]["rows_answered_by_verification"] == n, verified["zero"]
+    assert verified["prose"]["tokens_decoded"] > 0, verified["prose"]
     assert _generation(tmp_path / "together", "prose", "tool_use_fidelity")["views_together"] == ["base", "zero", "prose"]
     assert _generation(tmp_path / "verified", "prose", "tool_use_fidelity")["views_together"] == ["zero", "prose"]
