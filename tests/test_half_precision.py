@@ -35,9 +35,10 @@ TASK = "tool_use_fidelity"
 SMOL_CASES = ("calendar-0004", "shop-0001")
 """Two default cases, alone in their case file and run together (batch 2): forced to verify (``--verify``, the
 pre-issue-35 path), the B = 0 view of SmolLM2 changes BOTH (calendar-0004 from its 13th character, shop-0001 from
-its 67th; ``toolfid run --verify --dtype bfloat16``, 1 torch thread, 2026-11-27). They were two of the flips in the
-first 9 default cases (batch 9, the set this test ran before: 2 to 4 of the 9 flipped there, depending on the
-machine); the other 7 were never flipped and only cost time. Decoded, as half precision now does, none may change."""
+its 67th; ``toolfid run --verify --dtype bfloat16``, 1 torch thread, 2026-11-27). The set this test ran before was the
+first 9 default cases (batch 9), where the flips moved from machine to machine (calendar-0004 and shop-0001 on
+2026-11-26; shop-0001, home-0002, music-0005 and travel-0002 on 2026-11-27): two cases that both flip, run as here,
+prove the same thing at a fraction of the prefill. Decoded, as half precision now does, none may change."""
 N = len(SMOL_CASES)
 QWEN_CASES = ("fitness-0003", "issues-0009")
 """Two default cases, alone in their case file and run together (batch 2): forced to verify, the B = 0 view of Qwen
