@@ -112,13 +112,17 @@ def lm_eval_in_process(model_args: str, out: Path, home: Path, metadata: dict | 
 
 def lm_eval_here(model_args: str, out: Path, home: Path, metadata: dict | None = None,
                  task: str = FIXTURE_TASK, extra: list[str] | None = None,
-                 env: dict | None = None) -> subprocess.CompletedProcess:
+                 env: dict | None = None, include_path: str | None = None,
+                 cwd: Path | None = None) -> subprocess.CompletedProcess:
     """The run :func:`lm_eval_cli` makes, with the same arguments, through lm-eval's own console entry point
     (``lm_eval.__main__.cli_evaluate``: its argument parser, its evaluator, plain ``--model hf``) in this process:
     no new interpreter's imports (10-20 s a run), lm-eval's task folder indexed once per process. Returns what the
     subprocess would: the exit code (a ``SystemExit`` message is printed to stderr and exits 1, as Python does),
     stdout and stderr (lm-eval's log lines included). An exception that would end the subprocess with a traceback
     comes back as that traceback on stderr, exit 1, so a test that checks for "Traceback" still sees it.
+
+    ``include_path`` (default: the installed task folder) and ``cwd`` (the folder the run starts in, for a relative
+    ``include_path`` as a user types it in a checkout) are what the subprocess would be given.
 
     For the tests about what the task does inside lm-eval (pairing, references, warnings); the console script as
     a user runs it stays a subprocess (:func:`lm_eval_cli`) in the flows that test it."""
@@ -132,7 +136,7 @@ def lm_eval_here(model_args: str, out: Path, home: Path, metadata: dict | None =
 
     from lm_eval_toolfid.cases.bundled import tasks_path
 
-    argv = ["lm_eval", "--tasks", task, "--include_path", str(tasks_path()), "--model", "hf",
+    argv = ["lm_eval", "--tasks", task, "--include_path", include_path or str(tasks_path()), "--model", "hf",
             "--model_args", model_args, "--output_path", str(out), "--log_samples", "--batch_size", "16",
             "--device", "cpu"]
     if metadata:
@@ -146,6 +150,8 @@ def lm_eval_here(model_args: str, out: Path, home: Path, metadata: dict | None =
                            **(env or {})}.items():
             mp.setenv(key, value)
         mp.setattr(sys, "argv", argv)
+        if cwd is not None:
+            mp.chdir(cwd)
         mp.setattr(lm_eval.utils, "_LOGGING_CONFIGURED", False)  # its log handler writes to this run's stderr
         for handler in handlers:
             logger.removeHandler(handler)

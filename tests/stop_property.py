@@ -56,6 +56,16 @@ def load(path: Path) -> tuple[Any, Any]:
 def run_style(model: Any, tok: Any, path: Path, style: str, template: str, cases: list[Any],
               share_prefixes: bool = True) -> dict[str, Any]:
     """The task's prompts in one style, each generated full; per case the stop index and both answers."""
+    return run_styles(model, tok, path, {style: (style, template, cases)}, share_prefixes)[style]
+
+
+def run_styles(model: Any, tok: Any, path: Path, styles: dict[str, tuple[str, str, list[Any]]],
+               share_prefixes: bool = True) -> dict[str, dict[str, Any]]:
+    """Several styles' prompts (``name -> (style, template, cases)``) generated in ONE engine run: every row is
+    built and scored exactly as in a run of its style alone, and each row's stop rule is its own, so the rows of
+    one style gain nothing from the others; they only share the decode steps (the run ends once its longest row
+    reaches lm-eval's end, as each style's run alone would). Per name: :func:`run_style`'s record; ``stats`` is
+    the one run's."""
     from lm_eval.models.utils import postprocess_generated_text
 
     from lm_eval_toolfid.cases.load import load_cases
@@ -66,47 +76,55 @@ def run_style(model: Any, tok: Any, path: Path, style: str, template: str, cases
     from lm_eval_toolfid.integrations.lm_eval.stopping import RowStopper
     from lm_eval_toolfid.scoring.outcome import answer_text
 
-    prompter = Prompter(style, demos=None, model_args={"pretrained": str(path)}, template=template,
-                        cases=load_cases("default"), plain_demos=1)
-    assert prompter.settings.style == style
     eos = eos_token_ids(model, tok)
-    # lm-eval's until: the task's (the chat style: the template's end of turn), plus the decoded EOS token
-    until = prompter.until(["\n###"]) + [tok.decode(eos[0])]
-    prompts = [prompter.render(c) for c in cases]
-    # each row as the engine builds it (the primer in front, the end of the call for single-call cases),
-    # running on past its early stop to where lm-eval's own generation would end
-    rows = [Row(prompt=tok(p)["input_ids"], max_new=MAX_NEW,
-                stopper=RowStopper(tok, eos, until, MAX_NEW, call_end=len(c.expected_calls) <= 1,
-                                   prefix=prompter.answer_prefix(c)),
-                run_on=RowStopper(tok, eos, until, MAX_NEW)) for c, p in zip(cases, prompts)]
+    default = load_cases("default")
+    rows, parts = [], []
+    for name, (style, template, cases) in styles.items():
+        prompter = Prompter(style, demos=None, model_args={"pretrained": str(path)}, template=template,
+                            cases=default, plain_demos=1)
+        assert prompter.settings.style == style
+        # lm-eval's until: the task's (the chat style: the template's end of turn), plus the decoded EOS token
+        until = prompter.until(["\n###"]) + [tok.decode(eos[0])]
+        prompts = [prompter.render(c) for c in cases]
+        # each row as the engine builds it (the primer in front, the end of the call for single-call cases),
+        # running on past its early stop to where lm-eval's own generation would end
+        rows += [Row(prompt=tok(p)["input_ids"], max_new=MAX_NEW,
+                     stopper=RowStopper(tok, eos, until, MAX_NEW, call_end=len(c.expected_calls) <= 1,
+                                        prefix=prompter.answer_prefix(c)),
+                     run_on=RowStopper(tok, eos, until, MAX_NEW)) for c, p in zip(cases, prompts)]
+        parts.append((name, prompter, until, cases))
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
     engine = GreedyEngine(model, pad, EngineConfig(max_batch=len(rows), share_prefixes=share_prefixes,
                                                    record_gaps=True))
-    done = engine.run(rows)
-    out: dict[str, Any] = {"cases": [], "until": until, "stats": engine.stats}
-    for case, res in zip(cases, done):
-        single = len(case.expected_calls) <= 1
-        prefix = prompter.answer_prefix(case)
-        k = res.stopped_at or len(res.tokens)
+    done = iter(engine.run(rows))
+    runs: dict[str, dict[str, Any]] = {}
+    for name, prompter, until, cases in parts:
+        out: dict[str, Any] = {"cases": [], "until": until, "stats": engine.stats}
+        for case in cases:
+            res = next(done)
+            single = len(case.expected_calls) <= 1
+            prefix = prompter.answer_prefix(case)
+            k = res.stopped_at or len(res.tokens)
 
-        def scored(tokens: list[int]) -> str:
-            text = postprocess_generated_text(tok.decode(tokens, skip_special_tokens=True), until, None)
-            return answer_text(prompter.answer(text, case), case)
+            def scored(tokens: list[int], case: Any = case, prompter: Any = prompter, until: list = until) -> str:
+                text = postprocess_generated_text(tok.decode(tokens, skip_special_tokens=True), until, None)
+                return answer_text(prompter.answer(text, case), case)
 
-        # what a rule fed the generation alone (the defect) would have done on the same tokens
-        naive = AnswerWatch(until, "", call_end=single)
-        text, naive_k = "", len(res.tokens)
-        for i in range(1, len(res.tokens) + 1):
-            new = tok.decode(res.tokens[:i], skip_special_tokens=True)
-            if naive.feed(new[len(text):]):
-                naive_k = i
-                break
-            text = new
-        out["cases"].append({"id": case.id, "k": k, "n": len(res.tokens), "finish": res.finish,
-                             "stopped": scored(res.tokens[:k]), "full": scored(res.tokens),
-                             "naive": scored(res.tokens[:naive_k]), "primed": bool(prefix),
-                             "tokens": res.tokens, "gaps": res.gaps, "shared": res.shared})
-    return out
+            # what a rule fed the generation alone (the defect) would have done on the same tokens
+            naive = AnswerWatch(until, "", call_end=single)
+            text, naive_k = "", len(res.tokens)
+            for i in range(1, len(res.tokens) + 1):
+                new = tok.decode(res.tokens[:i], skip_special_tokens=True)
+                if naive.feed(new[len(text):]):
+                    naive_k = i
+                    break
+                text = new
+            out["cases"].append({"id": case.id, "k": k, "n": len(res.tokens), "finish": res.finish,
+                                 "stopped": scored(res.tokens[:k]), "full": scored(res.tokens),
+                                 "naive": scored(res.tokens[:naive_k]), "primed": bool(prefix),
+                                 "tokens": res.tokens, "gaps": res.gaps, "shared": res.shared})
+        runs[name] = out
+    return runs
 
 
 def same_tokens(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int]:

@@ -4,15 +4,16 @@ In bfloat16 a verified adapter view (one teacher-forced pass over prompt + the b
 differently from the base's step-by-step decoding, and near ties flip: before issue 35, on the first 16
 default cases, SmolLM2-135M-Instruct with a B = 0 LoRA changed 2 answers through ``toolfid run`` and
 ``toolfid lm-eval`` (1 torch thread, as here; 1 with 2 threads) and Qwen2.5-Coder-0.5B-Instruct (chat
-template) changed 2 of the 9 ``QWEN_CASES`` — an adapter that did
+template) changed 2 of 9 default cases — an adapter that did
 nothing could not be told from one that did. Half precision now decodes adapter views by default
 (:mod:`lm_eval_toolfid.integrations.lm_eval.verify_policy`): both views share their arithmetic, and a zero LoRA delta
 adds exactly nothing. Checked through toolfid's CLI (its entry point, in process: the runs share one import
 of lm-eval and its task index): ``toolfid run`` (one process) and ``toolfid lm-eval`` (a base run, then an
 adapter run pairing with its stored reference); ``--verify`` still forcing verification, with the bfloat16
 near-tie accounting of that path, is tests/test_engine.py::test_toolfid_run_in_bfloat16_counts_and_prints_its_near_ties.
-The cases are those where the flips are seen (:data:`N` for SmolLM2, :data:`QWEN_CASES` for Qwen): which near
-ties flip depends on the batch, so a subset is kept only where the verified path still flips in it.
+The cases are those where the flips are seen (the first :data:`N` for SmolLM2, :data:`QWEN_CASES` for Qwen): which
+near ties flip depends on the batch, so a subset is kept only where the verified path still flips in it (measured
+with the same case file and batch as here).
 """
 
 from __future__ import annotations
@@ -33,13 +34,16 @@ pytestmark = pytest.mark.slow
 TASK = "tool_use_fidelity"
 N = 9
 """The first 9 default cases, run together (batch 9): forced to verify (``--verify``, the pre-issue-35 path), the
-B = 0 view of SmolLM2 changes 2 of them (calendar-0004 and shop-0001; measured at 1 torch thread, 2026-11-26;
-the first 16 flip 3: those two and bank-0010). Decoded, as half precision now does, none may change."""
-QWEN_CASES = ("email-0012", "fitness-0003", "cinema-0004", "shipping-0015", "maps-0011", "calendar-0011",
-              "home-0011", "calendar-0003", "issues-0009")
-"""Default cases 24-31 and 43: run together in bfloat16 before issue 35, a verified B = 0 view of Qwen changed 2 of
-them (1 torch thread: fitness-0003 and issues-0009; 2 threads: calendar-0011 and issues-0009, as in the first 64
-default cases). Alone, those cases did not flip: the schedule decides which near ties flip."""
+B = 0 view of SmolLM2 changes some of them (calendar-0004 and shop-0001 on 2026-11-26; shop-0001, home-0002,
+music-0005 and travel-0002 on 2026-11-27; 1 torch thread). Decoded, as half precision now does, none may change.
+Not fewer: the pair calendar-0004 + shop-0001 alone (batch 2) flips both too, but the base makes no valid call on
+either, so the two-run flow's verdict is UNDECIDED (min_base_validity) and its PASS could not be checked."""
+QWEN_CASES = ("fitness-0003", "issues-0009")
+"""Two default cases, alone in their case file and run together (batch 2): forced to verify, the B = 0 view of Qwen
+changes BOTH (fitness-0003 from its 149th character, issues-0009 from its 159th; ``toolfid run --verify --dtype
+bfloat16``, 1 torch thread, 2026-11-27). They were the two flips among default cases 24-31 and 43 (batch 9, the set
+this test ran before, at 1 torch thread; at 2 threads calendar-0011 and issues-0009 flipped); alone, each one did
+not flip: the schedule decides which near ties flip, so the pair is kept as measured."""
 
 
 class Run:
@@ -83,6 +87,18 @@ def _assert_same_answers(base: dict[str, dict], adapter: dict[str, dict], n: int
         rec = _record(sample)
         assert rec["identical_output"] is True, cid
         assert rec["ft"]["text"] == rec["base"]["text"] == _record(base[cid])["ft"]["text"], cid
+
+
+def _cases_file(ids: tuple[str, ...], path: Path) -> Path:
+    """The default set's cases with these ids, alone in a case file (the prompts the flips were measured on)."""
+    from lm_eval_toolfid.cases.bundled import default_cases_path
+
+    wanted = set(ids)
+    lines = [line for line in default_cases_path().read_text(encoding="utf-8").splitlines()
+             if line.strip() and json.loads(line)["id"] in wanted]
+    assert len(lines) == len(wanted)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -147,20 +163,13 @@ def test_bfloat16_flows_agree_with_each_other(smol: dict) -> None:
 
 def test_qwen_chat_in_bfloat16_a_zero_lora_gives_the_base_answers(qwen_coder: Path, tmp_path: Path) -> None:
     """A real tool-calling template (``<tool_call>``), bfloat16: the cases a verified B = 0 view changed."""
-    from lm_eval_toolfid.cases.bundled import default_cases_path
-
-    wanted = set(QWEN_CASES)
-    lines = [line for line in default_cases_path().read_text(encoding="utf-8").splitlines()
-             if line.strip() and json.loads(line)["id"] in wanted]
-    assert len(lines) == len(wanted)
-    cases = tmp_path / "cases.jsonl"
-    cases.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cases = _cases_file(QWEN_CASES, tmp_path / "cases.jsonl")
     zero = zero_lora(qwen_coder, tmp_path / "zero")
     run = _toolfid(["run", "--base", qwen_coder, "--adapter", f"zero={zero}", "--dtype", "bfloat16", "--cases", cases,
-                    "--batch-size", len(lines), "--no-breakdown", "--output", tmp_path / "run"], tmp_path / "home")
+                    "--batch-size", len(QWEN_CASES), "--no-breakdown", "--output", tmp_path / "run"], tmp_path / "home")
     assert run.returncode == 0, run.stderr[-3000:]
     base_results, base = _view(tmp_path / "run" / "base")
     zero_results, zero_view = _view(tmp_path / "run" / "zero")
     assert toolfid_meta(base_results, TASK)["prompt_style"] == "chat"
-    _assert_same_answers(base, zero_view, len(lines))
+    _assert_same_answers(base, zero_view, len(QWEN_CASES))
     assert toolfid_meta(zero_results, TASK)["generation"]["verify"] is False

@@ -2,8 +2,9 @@
 
 Its chat template renders ``tools=`` and asks for ``<tool_call>`` calls, so ``tool_use_fidelity`` with
 no style given (``auto``) must render that template with each case's tools. Through the real
-``lm_eval`` CLI (base as a console-script run, a B = 0 LoRA and a LoRA trained to answer in prose through
-lm-eval's same entry point in process) and through ``toolfid run`` (same base and adapters, one process), on three short default cases with ``max_new_tokens`` 48 to
+``lm_eval`` CLI (lm-eval's own console entry point, ``cli_evaluate``, in process: the base, a B = 0 LoRA and a LoRA
+trained to answer in prose; the same ``auto`` -> chat flow as a console-script subprocess, with its stderr, is
+tests/test_auto_style.py's, and a real model through the console script is tests/test_real_model.py's) and through ``toolfid run`` (same base and adapters, one process), on three short default cases with ``max_new_tokens`` 48 to
 stay within CI's budget (1 torch thread). Also the facts the chat path relies on for this tokenizer:
 ``<tool_call>`` survives HF's special-token stripping, both decodings parse to the same calls, and
 generation stops at ``<|im_end|>`` in ``HFLM`` and ``ToolfidHFLM``.
@@ -12,7 +13,6 @@ generation stops at ``<|im_end|>`` in ``HFLM`` and ``ToolfidHFLM``.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ from lm_eval_toolfid.formats import parse_calls
 from lm_eval_toolfid.reporting.breakdown import breakdown, format_text
 from lm_eval_toolfid.reporting.load import read_run as read_toolfid_run
 
-from .lm_eval_helpers import lm_eval_cli, lm_eval_here, metrics, read_run, toolfid_here, toolfid_meta
+from .lm_eval_helpers import lm_eval_here, metrics, read_run, toolfid_here, toolfid_meta
 from .lora_recipes import Recipe, trained_lora, zero_lora
 
 pytestmark = pytest.mark.slow
@@ -68,15 +68,13 @@ def adapters(qwen_coder: Path, prompter, cases_file: Path, tmp_path_factory: pyt
 
 @pytest.fixture(scope="module")
 def cli_runs(qwen_coder: Path, adapters: dict, cases_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the lm_eval subprocesses
     root = tmp_path_factory.mktemp("qwen-cli")
     out = {}
-    # the base through the console script (the flow as a user runs it), the adapters through lm-eval's same entry
-    # point in this process (what they check is pairing and scoring, not the console)
+    # every run through lm-eval's console entry point in this process (what they check is Qwen's template,
+    # pairing and scoring, not the console script: a new interpreter would only import lm-eval again, ~20 s)
     for name, args in [("base", f"pretrained={qwen_coder}"), *((n, f"pretrained={qwen_coder},peft={p}")
                                                                for n, p in adapters.items())]:
-        run = lm_eval_cli if name == "base" else lm_eval_here
-        proc = run(args, root / name, root / "home", metadata={"cases": str(cases_file)}, task=TASK)
+        proc = lm_eval_here(args, root / name, root / "home", metadata={"cases": str(cases_file)}, task=TASK)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out[name] = (*read_run(root / name, TASK), proc.stderr)
     return out

@@ -40,8 +40,41 @@ def _subset(path: Path) -> Path:
     return path
 
 
-def _adapters(base: Path, root: Path) -> tuple[Path, Path]:
-    """(prose-trained LoRA, fresh no-op LoRA), both saved with peft."""
+PROSE_STEPS = 20
+
+
+def _prose_key(base: Path) -> str:
+    """The prose LoRA's cache key: what it is trained on and how, and the base's config."""
+    import hashlib
+    import json
+
+    blob = json.dumps({"v": 1, "prose": PROSE, "steps": PROSE_STEPS, "lr": 2e-3, "r": 8, "alpha": 16, "seed": 0,
+                       "targets": ["q_proj", "v_proj"], "base": (Path(base) / "config.json").read_text()},
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _prose_lora(base: Path) -> Path:
+    """A LoRA trained for a few CPU steps on plain prose (another skill), saved with peft; trained once per machine
+    and cached under ``$TOOLFID_CACHE/adapters`` by its key (a file lock: two workers train it once; the folder
+    appears by an atomic rename), as tests/lora_recipes.py caches the other test LoRAs."""
+    from lm_eval_toolfid.core.fsutil import exclusive
+    from scripts.real_models import cache_root, staged_folder
+
+    target = cache_root() / "adapters" / f"real-model-prose-{_prose_key(base)}"
+    if (target / ".complete").is_file():
+        return target
+    with exclusive(target.with_name(f".{target.name}.lock")):
+        if (target / ".complete").is_file():
+            return target
+        model = _train_prose(base)
+        with staged_folder(target) as tmp:
+            model.save_pretrained(tmp)
+            (tmp / ".complete").write_text("ok\n")
+    return target
+
+
+def _train_prose(base: Path):  # noqa: ANN202 - a PeftModel
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -50,17 +83,13 @@ def _adapters(base: Path, root: Path) -> tuple[Path, Path]:
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(base)
     config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
-
-    fresh = get_peft_model(AutoModelForCausalLM.from_pretrained(base), config)
-    fresh.save_pretrained(root / "fresh")
-
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), config)
     model.train()
     batch = tok(PROSE, return_tensors="pt", padding=True)
     labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
     optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-3)
     first = last = None
-    for _ in range(20):
+    for _ in range(PROSE_STEPS):
         loss = model(**batch, labels=labels).loss
         loss.backward()
         optim.step()
@@ -68,8 +97,20 @@ def _adapters(base: Path, root: Path) -> tuple[Path, Path]:
         first = first if first is not None else loss.item()
         last = loss.item()
     assert last < first  # it did learn the prose
-    model.save_pretrained(root / "prose")
-    return root / "prose", root / "fresh"
+    return model
+
+
+def _adapters(base: Path, root: Path) -> tuple[Path, Path]:
+    """(prose-trained LoRA, fresh no-op LoRA), both saved with peft."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    fresh = get_peft_model(AutoModelForCausalLM.from_pretrained(base), config)
+    fresh.save_pretrained(root / "fresh")
+    return _prose_lora(base), root / "fresh"
 
 
 @pytest.fixture(scope="module")

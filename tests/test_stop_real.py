@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from .stop_property import (QWEN_STYLES, SMOLLM2_STYLES, assert_property, cases_by_id, load, run_style,
-                            same_tokens, summary)
+                            run_styles, same_tokens, summary)
 
 pytestmark = pytest.mark.slow
 NESTED = ("calendar-0004", "shop-0006", "bank-0010")
@@ -56,10 +56,13 @@ SIZES = {"plain-v3": len(SMOL_V3)}
 
 @pytest.fixture(scope="module")
 def smollm2_runs(smollm2: Path) -> dict[str, dict[str, Any]]:
+    """Every style's rows in one engine run (each row with its own prompt and stop rules, scored as its style's
+    alone: :func:`run_styles`): five styles' runs each decoded on to the 192-token budget one after the other,
+    now their rows share the decode steps."""
     model, tok = load(smollm2)
-    runs = {name: run_style(model, tok, smollm2, style, template,
-                            cases_by_id(SMOL_V3 if name == "plain-v3" else OTHERS))
-            for name, (style, template) in SMOLLM2_STYLES.items()}
+    runs = run_styles(model, tok, smollm2, {name: (style, template, cases_by_id(SMOL_V3 if name == "plain-v3"
+                                                                                 else OTHERS))
+                                            for name, (style, template) in SMOLLM2_STYLES.items()})
     # issue 30: the same prompts computed whole (no shared prefixes)
     runs["plain-v3 whole"] = run_style(model, tok, smollm2, *SMOLLM2_STYLES["plain-v3"], cases_by_id(WHOLE),
                                        share_prefixes=False)
@@ -86,10 +89,11 @@ def test_smollm2_primed_answers_are_where_a_generation_only_rule_fails(smollm2_r
 
 @pytest.fixture(scope="module")
 def qwen_runs(qwen_coder: Path) -> dict[str, dict[str, Any]]:
+    """Both styles' rows in one engine run, as for SmolLM2."""
     model, tok = load(qwen_coder)
-    return {name: run_style(model, tok, qwen_coder, style, template,
-                            cases_by_id(QWEN_CHAT if name == "chat" else QWEN_V3))
-            for name, (style, template) in QWEN_STYLES.items()}
+    return run_styles(model, tok, qwen_coder, {name: (style, template, cases_by_id(QWEN_CHAT if name == "chat"
+                                                                                   else QWEN_V3))
+                                               for name, (style, template) in QWEN_STYLES.items()})
 
 
 @pytest.mark.parametrize("style", list(QWEN_STYLES))
