@@ -29,10 +29,15 @@ def main(argv: list[str]) -> int:
     write_costs = None
     if len(argv) == 3 and argv[1] == "--write-costs":
         write_costs = argv[2]
-    elif len(argv) != 1:
+    elif len(argv) != 1 or argv[0] in ("-h", "--help"):
         print("usage: suite_durations.py PYTEST_LOG [--write-costs tests/module_costs.json]", file=sys.stderr)
         return 2
-    rows = parse(open(argv[0], encoding="utf-8").read())
+    try:
+        text = open(argv[0], encoding="utf-8").read()
+    except OSError as exc:
+        print(f"suite_durations.py: cannot read {argv[0]}: {exc.strerror}", file=sys.stderr)
+        return 2
+    rows = parse(text)
     if not rows:
         print(f"{argv[0]}: no duration lines (run pytest with --durations=0 -vv or --durations-min=0)", file=sys.stderr)
         return 2
