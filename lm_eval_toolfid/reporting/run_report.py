@@ -74,16 +74,7 @@ def json_report(base_row: RunRow, rows: list[RunRow], check: EngineCheck | None 
 
 def read_engine_check(out: Path, base_samples: list[Any]) -> EngineCheck | None:
     """``OUT/engine_check.json`` when it compared this base run (None: no check, or one of another base run)."""
-    path = out / engine_noise.FILE
-    if not path.is_file():
-        return None
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-        if saved.get("base_texts") != engine_noise.text_digest(engine_noise.sample_texts(base_samples)):
-            return None
-        return engine_noise.EngineCheck.from_dict(saved)
-    except (ValueError, KeyError, TypeError):
-        return None
+    return engine_noise.read_check(out / engine_noise.FILE, engine_noise.sample_texts(base_samples))
 
 
 def engine_notes(check: EngineCheck, views: list[Any]) -> dict[str, dict[str, Any]]:

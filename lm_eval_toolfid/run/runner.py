@@ -10,7 +10,6 @@ run several views at once and yield them as they finish."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from lm_eval_toolfid.reporting.view_store import ViewResult, load_saved_view, save_view, view_manifest
@@ -91,25 +90,17 @@ def check_engine(session: ViewSession, plan: RunPlan, base: ViewResult, progress
     path = plan.out_dir / engine_noise.FILE if plan.out_dir is not None else None
     manifest = _manifest(plan, view, session.manifest_args)
     first = engine_noise.sample_texts(base.all_samples())
-    if plan.resume and path is not None and path.is_file():
-        try:
-            saved = json.loads(path.read_text(encoding="utf-8"))
-            if saved.get("manifest") == json.loads(json.dumps(manifest, default=str)) and \
-                    saved.get("base_texts") == engine_noise.text_digest(first):
-                if progress is not None:
-                    progress.view_skipped(view.label, f"reusing {path}")
-                return engine_noise.EngineCheck.from_dict(saved)
-        except (ValueError, KeyError, TypeError):
-            pass  # unreadable: run it again
+    saved = engine_noise.read_check(path, first, manifest) if plan.resume and path is not None else None
+    if saved is not None:
+        if progress is not None:
+            progress.view_skipped(view.label, f"reusing {path}")
+        return saved
     again = list(session.evaluate([view], plan))[0]  # to its end: the session tidies up after the view
     if progress is not None:
         progress.view_finished(view.label, len(again.samples))
     check = engine_noise.compare_runs(first, engine_noise.sample_texts(again.samples))
     if path is not None:
-        from lm_eval_toolfid.core.fsutil import atomic_write_text
-
-        atomic_write_text(path, json.dumps({"manifest": manifest, "base_texts": engine_noise.text_digest(first),
-                                            **check.to_dict()}, indent=2, default=str) + "\n")
+        engine_noise.write_check(path, check, first, manifest)
     return check
 
 

@@ -3,14 +3,15 @@ compared case by case. Greedy decoding on one engine should repeat itself; batch
 may not (batch composition, kernels chosen per batch). A case the engine moves by itself says nothing about
 an adapter: where an adapter's output differs from the base's on such a case, the engine may be the cause.
 
-Pure functions over lm-eval samples (``doc.id`` and ``filtered_resps``): the run writes the result beside its
-views (``OUT/engine_check.json``), the report reads it back."""
+Functions over lm-eval samples (``doc.id`` and ``filtered_resps``), and the file the run writes beside its views
+(``OUT/engine_check.json``: :func:`write_check`) and the run's ``--resume`` and report read back (:func:`read_check`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 FILE = "engine_check.json"
@@ -59,6 +60,29 @@ def compare_runs(first: Mapping[str, str], again: Mapping[str, str]) -> EngineCh
     common = sorted(set(first) & set(again))
     changed = tuple(c for c in common if first[c] != again[c])
     return EngineCheck(n=len(common), identical=len(common) - len(changed), changed=changed)
+
+
+def read_check(path: Path, base_texts: Mapping[str, str],
+               manifest: Mapping[str, Any] | None = None) -> EngineCheck | None:
+    """The check saved at ``path`` when it compared this base run (``sample_texts`` of it) and, where given, was
+    made with this manifest; None otherwise (absent, unreadable, another run's)."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if saved.get("base_texts") != text_digest(base_texts):
+            return None
+        if manifest is not None and saved.get("manifest") != manifest:
+            return None
+        return EngineCheck.from_dict(saved)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def write_check(path: Path, check: EngineCheck, base_texts: Mapping[str, str], manifest: Mapping[str, Any]) -> None:
+    """``path``: the check, the manifest it was made with and the digest of the base run it compared."""
+    from lm_eval_toolfid.core.fsutil import atomic_write_text
+
+    atomic_write_text(path, json.dumps({"manifest": manifest, "base_texts": text_digest(base_texts),
+                                        **check.to_dict()}, indent=2, default=str) + "\n")
 
 
 def moved_by_engine(check: EngineCheck, adapter_samples: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
