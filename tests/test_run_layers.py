@@ -92,3 +92,46 @@ def test_the_served_session_refuses_a_calibration_in_one_line(tmp_path: Path) ->
     with pytest.raises(ToolfidError, match=r"^null calibration runs in process \(the session must load the base\)$"):
         session.calibrate(spec, plan)
     assert not (tmp_path / "calibration.json").exists()
+
+
+def test_the_command_line_becomes_one_frozen_record_before_anything_loads(tmp_path: Path) -> None:
+    """``toolfid run``'s arguments are parsed and checked into one frozen :class:`RunCommand` (the plan the runner
+    executes, the report's options, what decides the exit code) without opening a session or contacting a server."""
+    import dataclasses
+
+    from lm_eval_toolfid.cli import parse_args
+    from lm_eval_toolfid.cli.run import RunCommand, plan_command
+    from lm_eval_toolfid.run.plan import ServedOptions
+
+    args = parse_args(["run", "--base", "b", "--adapter", "x=a1", "--server", "http://127.0.0.1:9", "--concurrency",
+                       "3", "--output", str(tmp_path / "out"), "--gate", "--json", "--limit", "2"])
+    command = plan_command(args)
+    assert isinstance(command, RunCommand) and isinstance(command.plan.models, ServedOptions)
+    assert command.plan.models.connection.concurrency == 3 and dict(command.plan.adapters) == {"x": "a1"}
+    assert (command.plan.limit, command.plan.out_dir, command.gate) == (2, tmp_path / "out", True)
+    assert (command.report.json, command.report.base, command.report.task) == (True, "b", command.plan.task)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        command.gate = False  # type: ignore[misc]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_served_session_contacts_its_server_when_checked_not_when_made() -> None:
+    from lm_eval_toolfid.core.errors import ToolfidError
+    from lm_eval_toolfid.run.plan import RunPlan, ServedOptions
+    from lm_eval_toolfid.run.served_session import ServedSession
+    from lm_eval_toolfid.serving.connection import Connection
+
+    options = ServedOptions(server="http://127.0.0.1:9", connection=Connection(max_retries=0, timeout=2.0))
+    session = ServedSession("b", options)  # nothing asked yet
+    with pytest.raises(ToolfidError, match="is not reachable"):
+        session.check(RunPlan("b", {"x": "a"}, "task", models=options))
+
+
+def test_the_run_arguments_travel_no_further_than_measured() -> None:
+    """``scripts/run_arg_path.py`` (docs/architecture.md, "How far the arguments travel"): a change that sends
+    ``toolfid run``'s arguments through more modules, or back up more often, says so here (update the bound and
+    the docs when that is the intent)."""
+    from scripts.run_arg_path import measure
+
+    path, ups, _ = measure()
+    assert len(path) <= 32 and ups <= 8, (len(path), ups, path)

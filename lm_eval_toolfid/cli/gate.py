@@ -3,19 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-
-def gate_runs(runs, junit: str | None) -> int:  # type: ignore[no-untyped-def]
-    from lm_eval_toolfid.reporting.gate import exit_code, summary_lines, write_junit
-
-    code = exit_code(runs)
-    for line in summary_lines(runs):
-        print(line, file=sys.stderr)
-    if junit:
-        write_junit(runs, junit)
-        print(f"wrote {junit}", file=sys.stderr)
-    return code
+from lm_eval_toolfid.reporting.gate import gate_runs
 
 
 def cmd_gate(args: argparse.Namespace) -> int:

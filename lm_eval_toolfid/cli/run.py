@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from lm_eval_toolfid.cli.common import (
     DEFAULT_TASK,
@@ -18,23 +19,51 @@ from lm_eval_toolfid.cli.common import (
     parse_adapters,
 )
 from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, EXIT_SERVER, EXIT_STOP_CHECK, ToolfidError
-from lm_eval_toolfid.run.plan import CalibrationSpec, Models, ModelOptions, RunPlan, ServedOptions, VllmOptions
+from lm_eval_toolfid.run.plan import (CalibrationSpec, Models, ModelOptions, RunPlan, ServedOptions, VllmOptions,
+                                      parse_engine_args)
+
+if TYPE_CHECKING:
+    from lm_eval_toolfid.reporting.run_report import ReportOptions
+    from lm_eval_toolfid.reporting.view_store import ViewResult
 
 
-def _resume_hint(args: argparse.Namespace, out: Path) -> str:
-    from lm_eval_toolfid.cli.served_options import redact_argv
+@dataclass(frozen=True)
+class RunCommand:
+    """Everything one ``toolfid run`` asks, parsed and checked before anything loads: the plan the runner executes
+    (:class:`~lm_eval_toolfid.run.plan.RunPlan`), how the report is shown, and what decides the exit code."""
 
-    argv = redact_argv(getattr(args, "argv", []) or [])  # served: --header values never printed
-    if "--output" not in argv and "--out" not in argv:
-        argv += ["--output", str(out)]
-    if "--resume" not in argv:
-        argv.append("--resume")
-    return "toolfid " + shlex.join(argv)
+    plan: RunPlan
+    report: ReportOptions
+    gate: bool = False
+    junit: str | None = None
+    check_stops: int = 0
+    argv: tuple[str, ...] = ()
+    """The command line as given (the resume hint repeats it, served header values redacted)."""
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Plan (every argument parsed and checked), run the plan's views, report them, exit."""
+    command = plan_command(args)
     from lm_eval_toolfid.reporting.progress import Progress
+    from lm_eval_toolfid.run.runner import run_plan
+    from lm_eval_toolfid.serving.client import ServerAuthError, ServerError
 
+    plan = command.plan
+    progress = Progress(plan.progress_labels(), live=False if plan.verbose else None)
+    try:
+        base_view, adapter_views = run_plan(plan, progress=progress)  # the session the plan's models call for
+    except (KeyboardInterrupt, ServerError) as exc:
+        progress.close()
+        _stopped(command, exc)
+        if isinstance(exc, ServerAuthError):  # served: a refused key (401/403), exit 7
+            return exc.exit_code
+        return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_SERVER
+    return _finish(command, base_view, adapter_views)
+
+
+def plan_command(args: argparse.Namespace) -> RunCommand:
+    """The arguments parsed and checked into one frozen record; a bad one fails here in one line, before any model
+    loads (the runner still checks what needs the session: served names, vLLM ranks)."""
     adapters = parse_adapters(args.adapter)
     if args.resume and not args.output:
         raise ToolfidError("--resume needs --output DIR: the folder of the run to resume")
@@ -51,59 +80,68 @@ def cmd_run(args: argparse.Namespace) -> int:
     metadata = metadata_from_args(args)
     if args.check_stops:
         metadata["check_stops"] = args.check_stops
+    models = _models(args)
+    calibration = None
+    if args.null_runs:
+        calibration = CalibrationSpec(runs=args.null_runs, out=out / "calibration.json", seed=args.seed)
+    plan = RunPlan(base=args.base, adapters=adapters, task=args.task, metadata=metadata, models=models, out_dir=out,
+                   limit=args.limit, resume=args.resume, calibration=calibration,
+                   engine_check=bool(getattr(args, "engine_check", False)), verbose=args.verbose)
+    if calibration is not None:  # one calibration must serve every adapter: refused before any model loads
+        from lm_eval_toolfid.run.nulls import check_calibration
+
+        check_calibration(calibration, adapters)
+    from lm_eval_toolfid.reporting.run_report import ReportOptions
+
+    report = ReportOptions(task=args.task, base=args.base, json=args.json, verbose=args.verbose,
+                           breakdown=not args.no_breakdown, html=args.html)
     if metadata.get("cases"):  # a bad case file fails in one line before any model loads
         from lm_eval_toolfid.cases.load import load_cases
 
         load_cases(metadata["cases"])
-    plan = _plan(args, adapters, out, metadata)
-    progress = Progress(plan.progress_labels(), live=False if args.verbose else None)
-    from lm_eval_toolfid.run.runner import run_plan
-    from lm_eval_toolfid.serving.client import ServerAuthError, ServerError
-
-    try:
-        base_view, adapter_views = run_plan(plan, progress=progress)  # the session the plan's models call for
-    except (KeyboardInterrupt, ServerError) as exc:
-        progress.close()
-        saved = sorted(p.parent.name for p in out.glob("*/manifest.json"))
-        journaled = sorted(p.stem for p in (out / ".served").glob("*.jsonl") if p.stat().st_size)
-        asked = f"; the answers so far of {', '.join(journaled)} in {out}/.served/" if journaled else ""
-        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"error: {exc}"
-        print(f"\ntoolfid: {why}; finished views kept in {out}/ ({', '.join(saved) or 'none yet'}){asked}. "
-              f"Resume with: {_resume_hint(args, out)}", file=sys.stderr)
-        if isinstance(exc, ServerAuthError):  # served: a refused key (401/403), exit 7
-            return exc.exit_code
-        return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_SERVER
-    return _finish(args, out, base_view, adapter_views)
+    return RunCommand(plan=plan, report=report, gate=args.gate, junit=args.junit, check_stops=args.check_stops,
+                      argv=tuple(getattr(args, "argv", []) or []))
 
 
-def _vllm_options(args: argparse.Namespace) -> VllmOptions | None:
-    """``--backend vllm`` and its ``--vllm-arg``s (None: another backend); what does not apply: one line."""
+def _stopped(command: RunCommand, exc: BaseException) -> None:
+    """A run stopped (interrupted, or the server failed): what is kept, and the command that resumes it."""
+    out = command.plan.out_dir
+    saved = sorted(p.parent.name for p in out.glob("*/manifest.json"))
+    journaled = sorted(p.stem for p in (out / ".served").glob("*.jsonl") if p.stat().st_size)
+    asked = f"; the answers so far of {', '.join(journaled)} in {out}/.served/" if journaled else ""
+    why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"error: {exc}"
+    print(f"\ntoolfid: {why}; finished views kept in {out}/ ({', '.join(saved) or 'none yet'}){asked}. "
+          f"Resume with: {_resume_hint(command.argv, out)}", file=sys.stderr)
+
+
+def _resume_hint(argv_given: Sequence[str], out: Path) -> str:
+    from lm_eval_toolfid.cli.served_options import redact_argv
+
+    argv = redact_argv(list(argv_given))  # served: --header values never printed
+    if "--output" not in argv and "--out" not in argv:
+        argv += ["--output", str(out)]
+    if "--resume" not in argv:
+        argv.append("--resume")
+    return "toolfid " + shlex.join(argv)
+
+
+def _models(args: argparse.Namespace) -> Models:
+    """How the models run: in process on the HF engine, on one vLLM engine (``--backend vllm`` and its
+    ``--vllm-arg``s) or against ``--server``; an option that does not apply to the one chosen: one line."""
     backend, items = getattr(args, "backend", "hf"), getattr(args, "vllm_args", None) or []
-    if backend != "vllm":
-        if items:
-            raise ToolfidError("--vllm-arg applies to --backend vllm only")
-        return None
-    if getattr(args, "server", None):
+    server = getattr(args, "server", None)
+    if backend != "vllm" and items:
+        raise ToolfidError("--vllm-arg applies to --backend vllm only")
+    if backend == "vllm" and server:
         raise ToolfidError("--backend vllm runs the models in this process; with --server the server is the engine: "
                            "drop one of them")
-    for flag, value in (("--device", args.device), ("--views-together", args.views_together),
-                        ("--check-stops", args.check_stops)):
-        if value:
-            raise ToolfidError(f"{flag} does not apply to --backend vllm (vLLM places and batches the models itself; "
-                               "engine options: --vllm-arg KEY=VALUE)")
-    from lm_eval_toolfid.run.vllm_session import parse_engine_args
-
-    return VllmOptions(dtype=args.dtype, engine_args=parse_engine_args(items))
-
-
-def _plan(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadata: dict[str, Any]) -> RunPlan:
-    """What the arguments ask for: in process (HF engine or ``--backend vllm``), or against ``--server``
-    (``toolfid demo`` has neither)."""
-    models: Models
-    vllm = _vllm_options(args)
-    if vllm is not None:
-        models = vllm
-    elif getattr(args, "server", None):
+    if backend == "vllm":
+        for flag, value in (("--device", args.device), ("--views-together", args.views_together),
+                            ("--check-stops", args.check_stops)):
+            if value:
+                raise ToolfidError(f"{flag} does not apply to --backend vllm (vLLM places and batches the models "
+                                   "itself; engine options: --vllm-arg KEY=VALUE)")
+    elif server:
         for flag, value in (("--null-runs", args.null_runs), ("--device", args.device), ("--dtype", args.dtype),
                             ("--views-together", args.views_together)):
             if value:
@@ -111,61 +149,30 @@ def _plan(args: argparse.Namespace, adapters: dict[str, str], out: Path, metadat
                                    "process with toolfid calibrate)")
         from lm_eval_toolfid.cli.served_options import connection_from_args
 
-        models = ServedOptions(
-            server=args.server, api=args.api, tokenizer=args.tokenizer,
-            connection=connection_from_args(args))  # key, headers, rate limits, concurrency, timeouts
-    else:
-        models = ModelOptions(batch_size=args.batch_size, device=args.device, dtype=args.dtype,
-                              views_together=args.views_together)
-    calibration = None
-    if args.null_runs:
-        calibration = CalibrationSpec(runs=args.null_runs, out=out / "calibration.json", seed=args.seed)
-    return RunPlan(base=args.base, adapters=adapters, task=args.task, metadata=metadata, models=models, out_dir=out,
-                   limit=args.limit, resume=args.resume, calibration=calibration,
-                   engine_check=bool(getattr(args, "engine_check", False)), verbose=args.verbose)
+        connection = connection_from_args(args)  # key, headers, rate limits, concurrency, timeouts
+        return ServedOptions(server=server, api=args.api, tokenizer=args.tokenizer, connection=connection)
+    if backend == "vllm":
+        return VllmOptions(dtype=args.dtype, engine_args=parse_engine_args(items))
+    return ModelOptions(batch_size=args.batch_size, device=args.device, dtype=args.dtype,
+                        views_together=args.views_together)
 
 
-def _finish(args: argparse.Namespace, out: Path, base_view: Any, views: list[Any]) -> int:
+def _finish(command: RunCommand, base_view: ViewResult, views: list[ViewResult]) -> int:
     """The run's report (:mod:`lm_eval_toolfid.reporting.run_report`), then the exit code: the gate
     (``--gate``, ``--junit``) and the stop check (``--check-stops``)."""
-    from lm_eval_toolfid.reporting.run_report import ReportOptions, report_run
+    from lm_eval_toolfid.reporting.run_report import report_run, stop_check_report
 
-    runs = report_run(ReportOptions(task=args.task, base=args.base, json=args.json, verbose=args.verbose,
-                                    breakdown=not args.no_breakdown, html=args.html), out, base_view, views)
+    runs = report_run(command.report, command.plan.out_dir, base_view, views)
     code = 0
-    if args.gate or args.junit:
-        from lm_eval_toolfid.cli.gate import gate_runs
+    if command.gate or command.junit:
+        from lm_eval_toolfid.reporting.gate import gate_runs
 
-        gated = gate_runs(runs, args.junit)
-        code = gated if args.gate else 0
-    if args.check_stops and stop_check_report([("base", base_view.results), *((v.label, v.results) for v in views)],
-                                              args.task):
+        gated = gate_runs(runs, command.junit)
+        code = gated if command.gate else 0
+    if command.check_stops and stop_check_report(
+            [("base", base_view.results), *((v.label, v.results) for v in views)], command.plan.task):
         code = EXIT_STOP_CHECK
     return code
-
-
-def stop_check_report(views: list[tuple[str, dict[str, Any]]], task: str) -> bool:
-    """``--check-stops``: one line per view on stderr; True when some case scored differently without the
-    early stop (the caller exits 3)."""
-    failed = False
-    for label, results in views:
-        meta = ((results.get("configs") or {}).get(task) or {}).get("metadata") or {}
-        check = (meta.get("toolfid") or {}).get("stop_check")
-        if not isinstance(check, dict):
-            continue  # a view reused by --resume was checked when it ran
-        if check.get("differ"):
-            failed = True
-            first = check["cases"][0]
-            print(f"toolfid: check-stops: {label}: {check['differ']} of {check['rows']} cases score differently "
-                  f"without the early stop (e.g. {first['case_id']}: {first['outcome_stopped']} stopped, "
-                  f"{first['outcome_unstopped']} run on); the run's numbers are not trusted — please report it",
-                  file=sys.stderr)
-        elif check.get("rows"):
-            print(f"toolfid: check-stops: {label}: {check['rows']} cases decoded on past the early stop; every "
-                  "scored answer is the same", file=sys.stderr)
-        else:
-            print(f"toolfid: check-stops: {label}: {check.get('note', 'no case checked')}", file=sys.stderr)
-    return failed
 
 
 def positive_int(text: str) -> int:

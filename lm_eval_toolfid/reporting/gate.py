@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -89,3 +90,15 @@ def junit_xml(runs: list[Run]) -> bytes:
 
 def write_junit(runs: list[Run], path: str | Path) -> Path:
     return atomic_write_bytes(path, junit_xml(runs))
+
+
+def gate_runs(runs: list[Run], junit: str | None) -> int:
+    """The gate's exit code for ``runs``, its summary lines on stderr, and ``junit`` (JUnit XML) where given
+    (``toolfid gate``, ``toolfid run --gate/--junit``)."""
+    code = exit_code(runs)
+    for line in summary_lines(runs):
+        print(line, file=sys.stderr)
+    if junit:
+        write_junit(runs, junit)
+        print(f"wrote {junit}", file=sys.stderr)
+    return code

@@ -133,3 +133,27 @@ def write_html(path: str, out: Path) -> None:
     _, board, breakdowns = collect([out])
     atomic_write_text(path, html.render(board, breakdowns))
     print(f"wrote {path}", file=sys.stderr)
+
+
+def stop_check_report(views: list[tuple[str, dict[str, Any]]], task: str) -> bool:
+    """``--check-stops``: one line per view on stderr; True when some case scored differently without the
+    early stop (the caller exits 3)."""
+    failed = False
+    for label, results in views:
+        meta = ((results.get("configs") or {}).get(task) or {}).get("metadata") or {}
+        check = (meta.get("toolfid") or {}).get("stop_check")
+        if not isinstance(check, dict):
+            continue  # a view reused by --resume was checked when it ran
+        if check.get("differ"):
+            failed = True
+            first = check["cases"][0]
+            print(f"toolfid: check-stops: {label}: {check['differ']} of {check['rows']} cases score differently "
+                  f"without the early stop (e.g. {first['case_id']}: {first['outcome_stopped']} stopped, "
+                  f"{first['outcome_unstopped']} run on); the run's numbers are not trusted — please report it",
+                  file=sys.stderr)
+        elif check.get("rows"):
+            print(f"toolfid: check-stops: {label}: {check['rows']} cases decoded on past the early stop; every "
+                  "scored answer is the same", file=sys.stderr)
+        else:
+            print(f"toolfid: check-stops: {label}: {check.get('note', 'no case checked')}", file=sys.stderr)
+    return failed

@@ -1,15 +1,17 @@
 """What one ``toolfid run`` evaluates (:class:`RunPlan`), the models' options (:class:`ModelOptions` in process,
 :class:`ServedOptions` against a server, :class:`VllmOptions` on one vLLM engine in process), its null calibration
 (:class:`CalibrationSpec`) and one view of it (:class:`View`): plain values, decided once by the command line and
-read by the runner and the sessions."""
+read by the runner and the sessions (``--vllm-arg`` items are parsed for the plan here:
+:func:`parse_engine_args`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any, Mapping, Sequence, Union
 
 from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS
+from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.serving.connection import Connection
 
 
@@ -53,6 +55,29 @@ class VllmOptions:
     """``--vllm-arg KEY=VALUE`` in order (values typed as lm-eval types ``--model_args``): what the engine gets,
     and what each view records as its model args (so an ``lm_eval --model vllm`` run given the same arguments
     pairs with this run's base)."""
+
+
+IN_PROCESS_ONLY = {"pretrained", "model", "lora_local_path", "enable_lora", "data_parallel_size"}
+"""Engine args ``--vllm-arg`` does not take: set by the run itself, or (data parallel) not one engine."""
+
+
+def parse_engine_args(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
+    """``--vllm-arg KEY=VALUE`` items, values typed as lm-eval types ``--model_args`` (``True``, ``4096``, ``0.9``)."""
+    from lm_eval.utils import handle_arg_string
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not eq or not key or not value.strip():
+            raise ToolfidError(f"--vllm-arg {item!r}: give KEY=VALUE, e.g. --vllm-arg tensor_parallel_size=2")
+        if key in IN_PROCESS_ONLY:
+            raise ToolfidError(f"--vllm-arg {key}: set by toolfid run itself (base: --base, adapters: --adapter, "
+                               "LoRA always enabled; data parallel: run one toolfid per replica)")
+        if key == "dtype":
+            raise ToolfidError("--vllm-arg dtype: use --dtype")
+        out[key] = handle_arg_string(value.strip())
+    return tuple(out.items())
 
 
 Models = Union[ModelOptions, ServedOptions, VllmOptions]

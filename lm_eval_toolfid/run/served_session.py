@@ -28,17 +28,20 @@ class ServedSession:
     def __init__(self, base: str, options: ServedOptions, progress: Any = None, verbose: bool = True) -> None:
         if options.connection.concurrency < 1:
             raise ToolfidError("--concurrency must be at least 1")
-        # key, headers, rate limits: one Connection, never in model args or manifests
-        self.listing = list_models(options.server, options.connection)  # a server that is down fails here
         self.base, self.options = base, options
         self.progress, self.verbose = progress, verbose
+        self.listing: list[dict[str, Any]] = []
+        """What the server lists (:meth:`check` asks it)."""
 
     @property
     def manifest_args(self) -> dict[str, Any]:
         return self.options.model_args()
 
     def check(self, plan: RunPlan) -> None:
-        """An adapter view needs a name of its own, and the names must be served."""
+        """The server answers (a server that is down fails here), an adapter view needs a name of its own, and the
+        names must be served."""
+        # key, headers, rate limits: one Connection, never in model args or manifests
+        self.listing = list_models(self.options.server, self.options.connection)
         same = [label for label, name in plan.adapters.items() if name == plan.base]
         if same:
             raise ToolfidError(f"adapter {same[0]!r} is the base model's own name: an adapter view needs the served "
@@ -78,9 +81,9 @@ class ServedSession:
         for view in views:
             name = view.adapter or self.base
             journal = plan.out_dir / ".served" / f"{view.label}.jsonl" if plan.out_dir is not None else None
-            lm = ToolfidServerLM(model=name, journal=str(journal) if journal else None, resume=plan.resume,
-                                 **model_args_base, **self.options.request_options())
-            lm.answers = Journal(journal, resume=plan.resume)  # opened once: the views asked together share it
+            lm = ToolfidServerLM(model=name, **model_args_base, **self.options.request_options())
+            lm.answers = Journal(journal, resume=plan.resume)  # opened once (the only journal the model uses): the
+            # views asked together share it
             # adapter views name the base whose reference they pair with; the manifest keeps the view's own settings
             asked.append(dataclasses.replace(view, metadata={**view.metadata, "base_model": self.base})
                          if view.adapter else view)

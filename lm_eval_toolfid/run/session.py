@@ -193,7 +193,8 @@ class ModelSession:
     def calibrate_nulls(self, spec: CalibrationSpec, adapter: str, task: str,
                         metadata: Mapping[str, Any]) -> Calibration:
         """Nulls of ``adapter`` (this session's ``default`` adapter), each run after the base view, fitted."""
-        return self.fit_nulls(spec, make_nulls(spec, adapter, self.base), task, metadata)
+        nulls = make_nulls(spec, adapter, self.base)
+        return self.fit_nulls(spec, nulls, task, metadata)
 
     def fit_nulls(self, spec: CalibrationSpec, nulls: list[Path], task: str,
                   metadata: Mapping[str, Any]) -> Calibration:

@@ -23,36 +23,14 @@ from typing import Any, Iterator, Mapping, Sequence
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.reporting.view_store import ViewResult
 from lm_eval_toolfid.run.nulls import make_nulls, write_fit
-from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan, View, VllmOptions
+from lm_eval_toolfid.run.plan import (IN_PROCESS_ONLY, CalibrationSpec, RunPlan, View, VllmOptions,  # noqa: F401
+                                      parse_engine_args)
 from lm_eval_toolfid.run.views import evaluate_view
 
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The ``max_lora_rank`` values vLLM accepts."""
 DEFAULT_RANK = 16
 """lm-eval's ``VLLM`` default ``max_lora_rank`` (used when every adapter's rank fits it)."""
-IN_PROCESS_ONLY = {"pretrained", "model", "lora_local_path", "enable_lora", "data_parallel_size"}
-"""Engine args ``--vllm-arg`` does not take: set by the run itself, or (data parallel) not one engine."""
-
-
-def parse_engine_args(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
-    """``--vllm-arg KEY=VALUE`` items, values typed as lm-eval types ``--model_args`` (``True``, ``4096``, ``0.9``)."""
-    from lm_eval.utils import handle_arg_string
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not eq or not key or not value.strip():
-            raise ToolfidError(f"--vllm-arg {item!r}: give KEY=VALUE, e.g. --vllm-arg tensor_parallel_size=2")
-        if key in IN_PROCESS_ONLY:
-            raise ToolfidError(f"--vllm-arg {key}: set by toolfid run itself (base: --base, adapters: --adapter, "
-                               "LoRA always enabled; data parallel: run one toolfid per replica)")
-        if key == "dtype":
-            raise ToolfidError("--vllm-arg dtype: use --dtype")
-        out[key] = handle_arg_string(value.strip())
-    return tuple(out.items())
-
-
 def adapter_rank(path: str) -> int:
     """The LoRA rank ``r`` an adapter folder's config records (0 where it records none)."""
     try:
