@@ -1,5 +1,6 @@
 """Served models against a real server: ``transformers serve`` on loopback, SmolLM2-135M-Instruct as the base and a
-LoRA merged into a copy of it (``transformers serve`` loads whole models), 4 default cases (at most 96 new tokens).
+LoRA merged into a copy of it (``transformers serve`` loads whole models), 2 default cases (:data:`CASES`, at most 48
+new tokens).
 
 - ``toolfid run --server`` pairs the served base and adapter views; the base view's per-case scored answers equal
   plain ``lm_eval --model hf`` on the same weights (the merged adapter's too: checked when this was built, left out
@@ -11,7 +12,7 @@ LoRA merged into a copy of it (``transformers serve`` loads whole models), 4 def
   server completes it with the same answers.
 - The chat path (``--api chat``) sends the tools and scores what comes back (text for SmolLM2).
 
-Cost: every request is a real generation in the server (a long primed prompt, up to 96 new tokens: 5-10 s of CPU
+Cost: every request is a real generation in the server (a long primed prompt, up to 48 new tokens: seconds of CPU
 on a loaded core), so each test asks the fewest cases that still make its assertion bite (said in the test); the
 merged adapter is made once per machine beside the cached LoRA.
 """
@@ -35,9 +36,24 @@ from .served_helpers import Server, merged_copy
 # folder indexed once per process); the fixture's `toolfid run --server` runs as the console script, as a user runs it
 pytestmark = pytest.mark.slow
 TASK = "tool_use_fidelity"
-N = 4
-MAX_NEW = 96  # a SmolLM2 call is 30-80 tokens; the prose adapter runs on to this
-PROSE = "I would rather tell you about bread: flour, water, salt and a patient night in a cool kitchen."
+CASES = ("bank-0006", "shipping-0008")
+"""Two default cases, alone in the module's case file (plain-v3 takes its example calls from the file, so the prompts
+are those of this file). SmolLM2's base, primed, answers ``bank-0006`` with a valid call that ends early at ``\\n###``
+and runs on to the token budget on ``shipping-0008`` (a digit string: ``finish_reason`` ``length``); chat and raw
+ramble to the budget on ``shipping-0008``. So every comparison of served and in-process answers keeps an answer
+stopped by the stop string and one cut by the budget, the verdict has a base that makes valid calls (half of the
+cases: ``min_base_validity`` 20%), and a short case comes first for the one-case tests (chat path,
+local-completions). The 4 cases before (the first 4 default cases) had no valid base call at all, so both verdicts
+were UNDECIDED and their equality could not fail."""
+N = len(CASES)
+MAX_NEW = 48
+"""bank-0006's call with its ``\\n\\n###`` is 35 tokens, its chat answer 18, the prose adapter's 9; shipping-0008's
+answers run on past 96 tokens in plain-v3 (a digit string), chat and raw: a smaller budget cuts the same answers,
+48 tokens sooner (it was 96)."""
+PROSE = "I would rather tell you about bread."
+"""The prose adapter's answer, trained on both cases' plain-v3 prompts followed by ``\\n###`` (the task's stop
+string) and on the first case's chat prompt followed by the end of turn: its answers end after 9 tokens in every
+flow instead of running on to the budget (the adapter before was trained on prose alone and rambled to the budget)."""
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -90,14 +106,17 @@ def served(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("served")
-    cases = load_cases(str(default_cases_path()))[:N]
-    rows = [json.loads(x) for x in default_cases_path().read_text(encoding="utf-8").splitlines() if x.strip()][:N]
+    rows = {row["id"]: row for row in (json.loads(x) for x in default_cases_path().read_text(encoding="utf-8")
+                                       .splitlines() if x.strip())}
     cases_file = root / "cases.jsonl"
-    cases_file.write_text("".join(json.dumps({**row, "max_new_tokens": MAX_NEW}) + "\n" for row in rows))
-    prompter = Prompter("auto", demos=None, model_args={"pretrained": str(smollm2)}, plain_demos=1,
-                        template="plain-v3", cases=load_cases(str(default_cases_path())))
-    # trained to answer prose on half the cases: a real change for the verdict to see
-    recipe = Recipe(contexts=tuple(prompter.render(c) for c in cases[: N // 2]), target=PROSE, steps=8)
+    cases_file.write_text("".join(json.dumps({**rows[cid], "max_new_tokens": MAX_NEW}) + "\n" for cid in CASES))
+    cases = load_cases(str(cases_file))
+    plain, chat = (Prompter(style, demos=None, model_args={"pretrained": str(smollm2)}, plain_demos=1,
+                            template="plain-v3", cases=cases) for style in ("auto", "chat"))
+    # prose on every case, each answer ended where its flow stops: a real change for the verdict to see (a valid
+    # base call on bank-0006 becomes no call), and answers of 9 tokens in the server instead of the budget's 48
+    recipe = Recipe(contexts=(*(plain.render(c) for c in cases), chat.render(cases[0])),
+                    target="", targets=(*(PROSE + "\n###" for _ in cases), PROSE + "<|im_end|>"))
     adapter = trained_lora(smollm2, recipe)
     merged = merged_copy(smollm2, adapter)  # once per machine, beside the cached adapter
     # models stay loaded for the module (the default unloads one idle for 300 s: a slow in-process test between two
@@ -132,6 +151,9 @@ def test_served_views_pair_and_the_base_equals_lm_eval_hf(served: dict, smollm2:
     assert _meta(ad_results)["pairing"].startswith("reference store: ")
     assert _meta(ad_results)["run_key"]["base"]["backend"] == "openai-completions"
     assert _meta(ad_results)["served"]["shapes"] == {"text": N}
+    # the cases still bite (CASES): one base answer ended by the stop string, the other cut by the budget
+    counts = _meta(base_results)["served"]
+    assert counts["stop_string_echoed"] == 1 and counts["cut_by_max_tokens"] == 1, counts
     hf = _lm_eval_samples(root / "hf")  # the fixture's plain `lm_eval --model hf` run
     assert set(hf) == set(base)
     differ = [cid for cid in hf if _scored(hf[cid]) != _scored(base[cid])]
@@ -167,7 +189,13 @@ def test_the_verdict_equals_the_in_process_flow(served: dict, smollm2: Path) -> 
                                  "--device", "cpu"], root / "home-inproc")
     assert code in (0, 1, 2), err[-3000:]
     inproc = json.loads(stdout)["adapters"]["prose"]["verdict"]
-    assert served["run"]["adapters"]["prose"]["verdict"]["label"] == inproc["label"]
+    verdict = served["run"]["adapters"]["prose"]["verdict"]
+    assert verdict["label"] == inproc["label"]
+    # a verdict that decides: the base makes a valid call on bank-0006 and the adapter answers prose there (validity
+    # -0.5: FAIL). Served answers that were the base's (the adapter's name lost on the way) would PASS, a served view
+    # short of a valid base call would be UNDECIDED: either differs from the in-process verdict, and so would any gate
+    assert verdict["label"] == "FAIL", verdict["reason"]
+    assert verdict["gates"] == inproc["gates"]
 
 
 def test_lm_eval_local_completions_scores_alike_and_writes_the_same_reference(served: dict, smollm2: Path) -> None:
@@ -194,9 +222,10 @@ def test_lm_eval_local_completions_scores_alike_and_writes_the_same_reference(se
 
 
 def test_a_server_killed_mid_run_stops_the_view_and_resume_completes_it(served: dict, smollm2: Path) -> None:
-    """2 cases (the two the prose adapter was trained on), one request in flight: the real server is killed as soon
-    as the first answer is journaled, so the base view stops with exactly one answer kept and one asked again by
-    the resume, and the adapter view runs only after the restart; both are compared case by case with the
+    """2 cases (the module's two, both the prose adapter was trained on), one request in flight: the real server is
+    killed as soon as the first answer (bank-0006's short call) is journaled, while shipping-0008's answer (48 tokens,
+    seconds of generation) is being written, so the base view stops with exactly one answer kept and one asked again
+    by the resume, and the adapter view runs only after the restart; both are compared case by case with the
     uninterrupted run. (3 cases added two generations and nothing the assertions read.) The stopped run is
     ``toolfid run`` in this process (its exit code and stderr as the console gives them); a watcher thread kills
     the server's whole process group the moment the journal has a line."""
