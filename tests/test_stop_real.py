@@ -43,7 +43,10 @@ SMOL_V3 = (*NESTED, "mt-calendar-0008")
 OTHERS = ("bank-0010", "mt-calendar-0008")
 """SmolLM2's other styles (no primer): the two rows its stop rule does stop early there. Unprimed, SmolLM2 rambles
 past calendar-0004's and shop-0006's calls to the 192-token budget in plain-v1, plain-v2, chat and raw (measured:
-neither stopped early, 0 of 384 tokens saved), which proves nothing about the rule."""
+neither stopped early, 0 of 384 tokens saved), which proves nothing about the rule. Measured 2026-11-27 (1 torch
+thread, these rows in one engine run): ``mt-calendar-0008`` stops early in all four styles, ``bank-0010`` in plain-v2
+only; in plain-v1, chat and raw it runs to the budget unstopped (a rule firing at an inner brace would still show
+there as an answer that differs)."""
 QWEN_V3 = ("calendar-0004", "shop-0006")
 """Qwen's plain-v3: the two deepest nested calls (``…}}}`` and ``…]…}}}``); shop-0006 stops early."""
 QWEN_CHAT = ("calendar-0004", "shop-0006", "mt-calendar-0008")
