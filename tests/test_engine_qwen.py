@@ -140,7 +140,7 @@ def base_rows(qwen: dict[str, Any]) -> list[Any]:
 def test_plain_engine_equals_generate_on_qwen(qwen: dict[str, Any], base_rows: list[Any]) -> None:
     """The engine computes the prompts' shared prefix (the chat template's system text) once; ``generate``
     computes every prompt whole: token for token the same (issue 30 on Qwen's chat template, which
-    tests/test_stop_real.py checks on SmolLM2's plain-v3 prompts)."""
+    tests/test_stop_flows.py checks on SmolLM2's plain-v3 prompts against plain lm_eval's generate)."""
     import torch
     from transformers import StoppingCriteriaList
 

@@ -31,16 +31,18 @@ WHEN_DEFINED = {"hallucination_rate", "name_hallucination_rate", "arg_disagreeme
 
 @pytest.fixture(scope="module")
 def two_run_flow(tmp_path_factory):
-    """Base run, then each adapter run, sharing one reference store: the base and the first adapter through the
-    ``lm_eval`` console script in their own processes (the two-run flow as a user runs it: the reference crosses
-    processes), the other adapters through lm-eval's same entry point in this process (what they check is the
-    pairing and the verdict, not the console script)."""
+    """Base run, then each adapter run, sharing one reference store: the base through the ``lm_eval`` console
+    script in its own process (the two-run flow as a user runs it: the reference it writes crosses processes),
+    the adapters through lm-eval's same entry point in this process (what they check is the pairing and the
+    verdict, not the console script: an adapter run through the console script pairing with a stored reference is
+    tests/test_identity_flows.py's README flow; a second console run here paid lm-eval's imports and task index
+    again, about 15 s)."""
     root = tmp_path_factory.mktemp("cli")
     home = root / "home"
     runs = {}
     for i, (name, model_args) in enumerate([("base", f"pretrained={FIX['base']}")] + [
             (n, f"pretrained={FIX['base']},peft={p}") for n, p in FIX["adapters"].items()]):
-        proc = (lm_eval_cli if i < 2 else lm_eval_here)(model_args, root / name, home)
+        proc = (lm_eval_cli if i == 0 else lm_eval_here)(model_args, root / name, home)
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs[name] = (*read_run(root / name), proc.stderr)
     return root, runs
@@ -188,10 +190,13 @@ def test_no_reference_means_adapter_metrics_and_one_warning(tmp_path):
 
 
 def test_a_stale_reference_is_never_used(two_run_flow, tmp_path):
-    """Same store, but the adapter run asks for other prompt settings: the base reference does not match."""
+    """Same store, but the adapter run asks for other prompt settings: the base reference does not match.
+
+    8 cases: an adapter run of a subset pairs with the full reference when its settings match (the delta-weights
+    test below pairs on ``--limit 8``), so only the stale settings can keep this one unpaired."""
     root, _ = two_run_flow
     proc = lm_eval_here(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "o",
-                       root / "home", metadata={"demos": 1})
+                       root / "home", metadata={"demos": 1}, extra=["--limit", "8"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "o")
     assert "validity_delta" not in metrics(results)
@@ -230,9 +235,8 @@ def test_installed_entry_points(tmp_path):
     assert sys.executable  # the same interpreter runs both
 
 
-# --- pairing cannot be fooled (each through lm-eval's own entry point, in this process; --cache_requests and
-# bad input through the console script: lm-eval reads its cache path when it is imported, and the one-line
-# error is what the console prints) ---
+# --- pairing cannot be fooled (each through lm-eval's own entry point, in this process; bad input through the
+# console script: the one-line error is what the console prints) ---
 
 def _copy_home(root, tmp_path):
     import shutil
@@ -270,13 +274,21 @@ def test_a_limit_base_run_writes_a_subset_reference_and_never_the_full_one(two_r
     assert toolfid_meta(results)["verdict"]["label"] == "UNDECIDED"
 
 
-def test_cached_requests_still_pair(two_run_flow, tmp_path):
-    """--cache_requests skips construct_requests; the request hashes are toolfid's own."""
+def test_cached_requests_still_pair(two_run_flow, tmp_path, monkeypatch):
+    """--cache_requests skips construct_requests; the request hashes are toolfid's own.
+
+    Both runs through lm-eval's own entry point in this process (what is checked is the pairing of requests
+    loaded from lm-eval's cache, not the console script: two console runs paid lm-eval's imports and task index
+    twice, about 30 s). lm-eval reads ``LM_HARNESS_CACHE_PATH`` once, when ``lm_eval.caching.cache`` is imported,
+    into its module global ``PATH`` (read at every cache access): set both, as a new process would see them."""
+    import lm_eval.caching.cache as lm_eval_cache
+
     root, runs = two_run_flow
     cache = {"LM_HARNESS_CACHE_PATH": str(tmp_path / "cache")}
+    monkeypatch.setattr(lm_eval_cache, "PATH", cache["LM_HARNESS_CACHE_PATH"])
     args = f"pretrained={FIX['base']},peft={FIX['adapters']['broken']}"
     for out in ("first", "second"):
-        proc = lm_eval_cli(args, tmp_path / out, root / "home", extra=["--cache_requests", "true"], env=cache)
+        proc = lm_eval_here(args, tmp_path / out, root / "home", extra=["--cache_requests", "true"], env=cache)
         assert proc.returncode == 0, proc.stderr[-3000:]
         results, _ = read_run(tmp_path / out)
         assert toolfid_meta(results)["pairing"].startswith("reference store")

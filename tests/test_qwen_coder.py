@@ -66,18 +66,59 @@ def adapters(qwen_coder: Path, prompter, cases_file: Path, tmp_path_factory: pyt
             "prose": trained_lora(qwen_coder, Recipe(contexts=contexts, target=PROSE, steps=8))}
 
 
+def _capturing(mp: pytest.MonkeyPatch, cls: type, rows: list[dict]) -> None:
+    """Record what ``cls._model_generate`` returns for each row of each batch (the context's ids and the ids after
+    it), and the model's end-of-turn and padding ids: the tokens the end-of-turn test reads, from the runs this
+    module makes anyway (it generated its own case once more with ``HFLM`` and ``ToolfidHFLM``: ~15 s of Qwen)."""
+    original = cls._model_generate
+
+    def capture(self, context, max_length, stop, **kw):  # noqa: ANN001, ANN202 - lm-eval's own signature
+        out = original(self, context, max_length, stop, **kw)
+        for i in range(context.shape[0]):
+            rows.append({"context": context[i].tolist(), "generated": out[i, context.shape[1]:].tolist(),
+                         "eot": self.eot_token_id, "pad": self.tokenizer.pad_token_id,
+                         "max_new": max_length - context.shape[1]})
+        return out
+
+    mp.setattr(cls, "_model_generate", capture)
+
+
 @pytest.fixture(scope="module")
 def cli_runs(qwen_coder: Path, adapters: dict, cases_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from lm_eval.models.huggingface import HFLM
+
     root = tmp_path_factory.mktemp("qwen-cli")
-    out = {}
+    out: dict = {"rows": []}
     # every run through lm-eval's console entry point in this process (what they check is Qwen's template,
     # pairing and scoring, not the console script: a new interpreter would only import lm-eval again, ~20 s)
     for name, args in [("base", f"pretrained={qwen_coder}"), *((n, f"pretrained={qwen_coder},peft={p}")
                                                                for n, p in adapters.items())]:
-        proc = lm_eval_here(args, root / name, root / "home", metadata={"cases": str(cases_file)}, task=TASK)
+        with pytest.MonkeyPatch.context() as mp:
+            if name == "base":  # plain HFLM's rows, as generated (test_generation_stops_at_the_end_of_turn_...)
+                _capturing(mp, HFLM, out["rows"])
+            proc = lm_eval_here(args, root / name, root / "home", metadata={"cases": str(cases_file)}, task=TASK)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out[name] = (*read_run(root / name, TASK), proc.stderr)
     return out
+
+
+@pytest.fixture(scope="module")
+def engine_run(qwen_coder: Path, cases_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """``toolfid lm-eval --model hf`` (ToolfidHFLM: the engine, rows stopped once their answer is settled), every
+    case also decoded on past its stop (``check_stops``); the rows its ``_model_generate`` returned, recorded."""
+    from lm_eval_toolfid.integrations.lm_eval.hf_model import ToolfidHFLM
+
+    root = tmp_path_factory.mktemp("qwen-engine")
+    rows: list[dict] = []
+    with pytest.MonkeyPatch.context() as mp:
+        _capturing(mp, ToolfidHFLM, rows)
+        proc = toolfid_here(["lm-eval", "--tasks", TASK, "--model", "hf", "--model_args",
+                             f"pretrained={qwen_coder}", "--output_path", str(root / "engine"), "--log_samples",
+                             "--device", "cpu", "--batch_size", str(len(CASE_IDS)),
+                             "--metadata", json.dumps({"cases": str(cases_file), "check_stops": len(CASE_IDS)})],
+                            root / "home")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {"run": read_run(root / "engine", TASK), "rows": rows}
 
 
 def test_tokenizer_keeps_tool_call_markers_and_both_decodings_parse_alike(qwen_coder: Path, prompter) -> None:
@@ -110,44 +151,40 @@ def test_chat_template_facts_are_read_off_the_template(prompter) -> None:
     assert prompter.until(["\n###"]) == []  # lm-eval adds the EOS (= end of turn) itself
 
 
-def test_generation_stops_at_the_end_of_turn_in_hflm_and_toolfid_hflm(qwen_coder: Path, prompter,
-                                                                       cases_file: Path) -> None:
-    import torch
-    from lm_eval.api.instance import Instance
-    from lm_eval.models.huggingface import HFLM
+def _row_of(rows: list[dict], prompt: str, tok) -> dict:  # noqa: ANN001
+    """The recorded row whose context is this prompt (after the batch's left padding)."""
+    found = [r for r in rows if tok.decode(r["context"], skip_special_tokens=False).endswith(prompt)]
+    assert len(found) == 1, f"{len(found)} recorded rows end with this prompt"
+    return found[0]
 
-    from lm_eval_toolfid.cases.load import load_cases
-    from lm_eval_toolfid.integrations.lm_eval.hf_model import ToolfidHFLM
 
-    torch.set_num_threads(1)
-    case = load_cases(str(cases_file))[0]
-    gen = {"until": prompter.until(["\n###"]), "do_sample": False, "max_gen_toks": 40}
-    hf = HFLM(pretrained=str(qwen_coder), batch_size=1, device="cpu")
-    assert hf.eot_token_id == hf.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    ours = ToolfidHFLM(pretrained=hf.model, tokenizer=hf.tokenizer, batch_size=1, device="cpu")
-    rows: dict[str, list[int]] = {}
-    texts = {}
-    for name, lm in (("HFLM", hf), ("ToolfidHFLM", ours)):
-        original = lm._model_generate
-
-        def capture(context, max_length, stop, _name=name, _original=original, **kw):  # noqa: ANN001, ANN202
-            out = _original(context, max_length, stop, **kw)
-            rows[_name] = out[0, context.shape[1]:].tolist()
-            return out
-
-        lm._model_generate = capture
-        request = Instance(request_type="generate_until", doc={"expected_calls": 1}, idx=0,
-                           arguments=(prompter.render(case), dict(gen)))
-        texts[name] = lm.generate_until([request])[0]
-    eot = hf.eot_token_id
-    full = rows["HFLM"]
-    assert eot in full and len(full) < gen["max_gen_toks"], full  # stopped at <|im_end|>, not at the limit
-    assert all(t in (eot, hf.tokenizer.pad_token_id) for t in full[full.index(eot):])
-    short = rows["ToolfidHFLM"]  # stops at the end of the call, never later than the end of turn
-    while short and short[-1] == hf.tokenizer.pad_token_id != eot:  # padding to the budget's width
-        short = short[:-1]
-    assert full[:len(short)] == short and len(short) <= full.index(eot) + 1
-    assert parse_calls(texts["HFLM"]).calls == parse_calls(texts["ToolfidHFLM"]).calls != []
+def test_generation_stops_at_the_end_of_turn_in_hflm_and_toolfid_hflm(prompter, cli_runs: dict,
+                                                                       engine_run: dict) -> None:
+    """Every case, as the module's runs generated it: plain ``HFLM`` (the ``lm_eval`` base run) stops at
+    ``<|im_end|>`` before the budget; ``ToolfidHFLM`` (the ``toolfid lm-eval`` run) stops at the end of the call,
+    never later than the end of turn, on the same tokens; both texts parse to the same calls."""
+    tok = prompter.chat.tokenizer
+    hf_samples = {s["doc"]["id"]: s for s in cli_runs["base"][1]}
+    our_samples = {s["doc"]["id"]: s for s in engine_run["run"][1]}
+    assert sorted(hf_samples) == sorted(our_samples) == sorted(CASE_IDS)
+    assert len(cli_runs["rows"]) == len(engine_run["rows"]) == len(CASE_IDS)
+    for cid in CASE_IDS:
+        prompt = hf_samples[cid]["arguments"]["gen_args_0"]["arg_0"]  # the context lm-eval handed over
+        assert our_samples[cid]["arguments"]["gen_args_0"]["arg_0"] == prompt
+        hf, ours = _row_of(cli_runs["rows"], prompt, tok), _row_of(engine_run["rows"], prompt, tok)
+        eot, pad = hf["eot"], hf["pad"]
+        assert eot == tok.convert_tokens_to_ids("<|im_end|>") == ours["eot"]
+        assert hf["max_new"] == ours["max_new"] == MAX_NEW
+        full = hf["generated"]
+        # stopped at <|im_end|>, not at the limit (the batch's other rows may run on: padding after it)
+        assert eot in full and full.index(eot) + 1 < MAX_NEW, (cid, full)
+        assert all(t in (eot, pad) for t in full[full.index(eot):])
+        short = ours["generated"]  # stops at the end of the call, never later than the end of turn
+        while short and short[-1] == pad != eot:  # padding to the budget's width
+            short = short[:-1]
+        assert full[:len(short)] == short and len(short) <= full.index(eot) + 1, cid
+        hf_text, our_text = hf_samples[cid]["resps"][0][0], our_samples[cid]["resps"][0][0]
+        assert parse_calls(hf_text).calls == parse_calls(our_text).calls != [], cid
 
 
 def test_auto_renders_qwens_own_template_with_the_tools(cli_runs: dict, prompter) -> None:
@@ -211,18 +248,11 @@ def test_toolfid_run_gives_the_same_verdicts_and_per_case_outcomes(qwen_coder: P
     assert "prompt chat (auto)" in text and "formats (base → adapter):" in text and "none 0→" in text
 
 
-def test_toolfid_lm_eval_scores_like_plain_lm_eval(qwen_coder: Path, cases_file: Path, cli_runs: dict,
-                                                   tmp_path: Path) -> None:
+def test_toolfid_lm_eval_scores_like_plain_lm_eval(cli_runs: dict, engine_run: dict) -> None:
     """The third flow on Qwen's default style (auto -> chat): ``toolfid lm-eval --model hf`` (the engine, rows
     stopped once their answer is settled) gives every case the outcome, calls and text of plain ``lm_eval``
     (HFLM, generating to ``<|im_end|>``)."""
-    proc = toolfid_here(["lm-eval", "--tasks", TASK, "--model", "hf", "--model_args",
-                         f"pretrained={qwen_coder}", "--output_path", str(tmp_path / "engine"), "--log_samples",
-                         "--device", "cpu", "--batch_size", str(len(CASE_IDS)),
-                         "--metadata", json.dumps({"cases": str(cases_file), "check_stops": len(CASE_IDS)})],
-                        tmp_path / "home")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results, samples = read_run(tmp_path / "engine", TASK)
+    results, samples = engine_run["run"]
     meta = toolfid_meta(results, TASK)
     assert meta["generation"]["engine"] == "toolfid"
     assert meta["stop_check"]["rows"] == len(CASE_IDS) and meta["stop_check"]["differ"] == 0

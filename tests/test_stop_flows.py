@@ -139,3 +139,19 @@ def test_a_plain_lm_eval_reference_pairs_with_an_engine_adapter_run(flows: dict)
     plain = _records(flows["plain"][1])
     for cid, record in _records(samples).items():
         assert _scored(record) == _scored(plain[cid]), cid
+
+
+def test_the_engine_on_shared_prefixes_writes_what_generate_writes_on_whole_prompts(flows: dict) -> None:
+    """Issue 30 on SmolLM2's primed plain-v3 prompts (their instruction and demo are a prefix the rows share): the
+    engine computes that prefix once (``toolfid lm-eval``: fewer prompt tokens computed than the rows hold), plain
+    ``lm_eval`` has ``generate`` compute every prompt whole; case by case the engine's generation, up to its stop,
+    is the start of ``generate``'s, and stops before it (at the end of the call, ``generate`` at ``\\n###``).
+    Every case of the module: three nested calls, a flat one and a 6-turn conversation (the longest prompt)."""
+    plain = {s["doc"]["id"]: s["resps"][0][0] for s in flows["plain"][1]}
+    engine = {s["doc"]["id"]: s["resps"][0][0] for s in flows["engine"][1]}
+    assert sorted(plain) == sorted(engine) == sorted(CASES)
+    for cid in CASES:
+        assert engine[cid] and plain[cid].startswith(engine[cid]), (cid, engine[cid][-80:], plain[cid][-80:])
+    assert any(len(engine[cid]) < len(plain[cid]) for cid in CASES)  # the engine did stop first
+    gen = toolfid_meta(flows["engine"][0], TASK)["generation"]
+    assert 0 < gen["prompt_tokens_shared"] < gen["prompt_tokens"], gen
