@@ -9,7 +9,7 @@ and the test asserts that as a measured fact (a model or template change that ma
 here, and the structured path is then compared call for call). Searched (2026-11-27, in process, float32, greedy,
 the chat style = Qwen's template with the tools, the prompt vLLM renders; the default-set figures from 2026-11-23):
 - the whole default set (382 cases, docs/benchmarks.md): fenced JSON 238, bare JSON after a tool result 112/114, no
-  ``<tool_call>``; the 42 conversations whose history holds assistant ``<tool_call>`` turns included;
+  ``<tool_call>``, conversations whose history holds assistant ``<tool_call>`` turns included;
 - 30 BFCL v4 cases (every 35th of live_simple, simple_python, multiple, parallel): the probability of the
   ``<tool_call>`` token as the first answer token was 0.0000 on each (top tokens ```` ``` ````, ``{"``, ``{\\n``);
 - two default cases whose user message asks for it ("Reply with the call inside <tool_call></tool_call> tags.",
@@ -20,7 +20,7 @@ The structured ``tool_calls`` path of the served flow is tested on a real server
 Why two cases are enough: the test checks the path, not the model's quality: that vLLM's chat endpoint, with tools
 and the hermes parser on, gives each case the answer the in-process engine gives on the same template (the same
 tokens in float32 greedy), scored the same (measured: a valid call in bare JSON on both, name and arguments equal
-to the in-process engine's; more cases would repeat the same comparison at ~20 s of server time each). ONE server
+to the in-process engine's; more cases would repeat the same comparison at 10-20 s of server time each). ONE server
 start (no LoRA: the LoRA path is tests/test_vllm.py's), 48 new tokens at
 most, a 1024-token context, 2 sequences at once, ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (no separate worker process:
 the server's processes took 46 s of CPU instead of 64-72 s, the same answers). Measured: about 85 s of CPU for the
