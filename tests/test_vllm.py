@@ -4,8 +4,11 @@ The module pays for three vLLM engine starts, as many as before ``toolfid run --
 (``vllm_server`` in conftest.py: SmolLM2-135M-Instruct float32 with ``--lora-modules noop=<B = 0 LoRA>
 prose=<trained LoRA>``), ONE ``toolfid run --backend vllm`` (the same base and PEFT folders in one in-process engine)
 and ONE ``lm_eval --model vllm`` adapter run, which pairs with that run's base view (no ``lm_eval`` base run). The
-in-process engines run their engine core in the test's subprocess (``vllm_env(in_process=True)``). Every run answers the first 2 default cases (96 new tokens at most; the two the prose LoRA was
-trained on, so each case shows whether its view ran under its own adapter):
+in-process engines run their engine core in the test's subprocess, and the server's engine core runs the model
+itself (``vllm_env(in_process=True)``: no worker process importing vLLM again); the server is stopped once its
+run is done, before the in-process engines start. Every run answers the first 2 default cases (96 new tokens at
+most; the two the prose LoRA was trained on, so each case shows whether its view ran under its own adapter; it
+answers prose and then ends its answer, so no LoRA view decodes on to the budget):
 
 - ``toolfid run --server`` against the server, ``toolfid run`` in process (the project's engine) and ``toolfid run
   --backend vllm`` give the same per-case answers, the same verdicts, and the B = 0 adapter "changed no output";
@@ -68,12 +71,17 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def served_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """``toolfid run --server`` against the module's vLLM server: base + noop + prose."""
+    """``toolfid run --server`` against the module's vLLM server: base + noop + prose. The server is stopped as soon
+    as this run is done: the in-process vLLM runs below never share the machine with it (one vLLM at a time; idle,
+    it still spent about 6 s of CPU a minute)."""
     root = tmp_path_factory.mktemp("vllm-served")
     t0 = time.monotonic()
-    proc = _toolfid(["run", "--server", vllm_server.url, "--base", str(smollm2), "--adapter", "noop", "--adapter",
-                     "prose", "--cases", str(cases), "--output", str(root / "out"), "--json", "--engine-check"],
-                    root / "home")
+    try:
+        proc = _toolfid(["run", "--server", vllm_server.url, "--base", str(smollm2), "--adapter", "noop",
+                         "--adapter", "prose", "--cases", str(cases), "--output", str(root / "out"), "--json",
+                         "--engine-check"], root / "home")
+    finally:
+        vllm_server.stop()  # the fixture's own stop at the module's end then finds nothing to stop
     assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
     return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
 
