@@ -19,7 +19,6 @@ answers prose and then ends its answer, so no LoRA view decodes on to the budget
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from .lm_eval_helpers import BIN, toolfid_here
+from .lm_eval_helpers import toolfid_here
 from .vllm_helpers import SERVED_N as N, VENV, small_cases, vllm_env
 
 pytestmark = pytest.mark.slow
@@ -48,13 +47,6 @@ class Run(NamedTuple):
     seconds: float
 
 
-def _toolfid(args: list[str], home: Path, bin_dir: Path = BIN, env: dict[str, str] | None = None
-             ) -> subprocess.CompletedProcess:
-    env = dict(env or os.environ, TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS="1")
-    return subprocess.run([str(bin_dir / "toolfid"), *args], capture_output=True, text=True, env=env, timeout=900)
-
-
 def _answers(folder: Path) -> dict[str, tuple]:
     rows = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines() if x.strip()]
     out = {}
@@ -71,15 +63,16 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def served_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """``toolfid run --server`` against the module's vLLM server: base + noop + prose. The server is stopped as soon
+    """``toolfid run --server`` against the module's vLLM server: base + noop + prose, through the CLI's entry point
+    in this process (the console script against a server is tests/test_served.py's). The server is stopped as soon
     as this run is done: the in-process vLLM runs below never share the machine with it (one vLLM at a time; idle,
     it still spent about 6 s of CPU a minute)."""
     root = tmp_path_factory.mktemp("vllm-served")
     t0 = time.monotonic()
     try:
-        proc = _toolfid(["run", "--server", vllm_server.url, "--base", str(smollm2), "--adapter", "noop",
-                         "--adapter", "prose", "--cases", str(cases), "--output", str(root / "out"), "--json",
-                         "--engine-check"], root / "home")
+        proc = toolfid_here(["run", "--server", vllm_server.url, "--base", str(smollm2), "--adapter", "noop",
+                             "--adapter", "prose", "--cases", str(cases), "--output", str(root / "out"), "--json",
+                             "--engine-check"], root / "home")
     finally:
         vllm_server.stop()  # the fixture's own stop at the module's end then finds nothing to stop
     assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
