@@ -13,12 +13,8 @@ import pytest
 from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.integrations.vllm.model import Journal
-from lm_eval_toolfid.run.vllm_session import (
-    default_max_lora_rank,
-    parse_engine_args,
-    view_model_args,
-)
-from lm_eval_toolfid.run.plan import VllmOptions
+from lm_eval_toolfid.run.plan import VllmOptions, parse_engine_args
+from lm_eval_toolfid.run.vllm_session import default_max_lora_rank, view_model_args
 
 from .lm_eval_helpers import toolfid_here
 

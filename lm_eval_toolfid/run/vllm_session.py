@@ -23,8 +23,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.reporting.view_store import ViewResult
 from lm_eval_toolfid.run.nulls import make_nulls, write_fit
-from lm_eval_toolfid.run.plan import (IN_PROCESS_ONLY, CalibrationSpec, RunPlan, View, VllmOptions,  # noqa: F401
-                                      parse_engine_args)
+from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan, View, VllmOptions
 from lm_eval_toolfid.run.views import evaluate_view
 
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
