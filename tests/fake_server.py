@@ -52,7 +52,7 @@ class Fake:
     """Accepted API keys: when any, a request (``/v1/models`` too) without ``Authorization: Bearer KEY`` of one
     of them gets 401 (the body echoes the header it got, as some gateways do)."""
     bucket: TokenBucket | None = None
-    """A rate limit on generation requests: past it, 429 with ``Retry-After`` (whole seconds)."""
+    """A rate limit on generation requests: past it, 429 with ``Retry-After`` (whole seconds, or the bucket's unit)."""
     seen: list[tuple[float, str, str, dict[str, str]]] = field(default_factory=list)
     """Every request as it arrived: (time, method, path as sent, headers)."""
     refused: int = 0
@@ -75,7 +75,7 @@ class Fake:
             if wait:
                 with self.lock:
                     self.refused += 1
-                return 429, b'{"error": {"message": "rate limited"}}', {"Retry-After": str(max(1, math.ceil(wait)))}
+                return 429, b'{"error": {"message": "rate limited"}}', {"Retry-After": self.bucket.retry_after(wait)}
         return None
 
     def answer(self, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[Any, ...]:
@@ -139,10 +139,12 @@ class Fake:
 
 
 class TokenBucket:
-    """``rate`` requests a second, ``capacity`` at once (thread-safe)."""
+    """``rate`` requests a second, ``capacity`` at once (thread-safe). A refused request is told to come back after
+    the wait for the next token rounded up to whole ``unit`` seconds (1: whole seconds, what servers send; a test
+    that scales the rate up by k and the unit down by k replays the same schedule k times faster)."""
 
-    def __init__(self, rate: float, capacity: int) -> None:
-        self.rate, self.capacity = float(rate), float(capacity)
+    def __init__(self, rate: float, capacity: int, unit: float = 1.0) -> None:
+        self.rate, self.capacity, self.unit = float(rate), float(capacity), float(unit)
         self.tokens, self.at = float(capacity), time.monotonic()
         self.lock = threading.Lock()
 
@@ -156,6 +158,11 @@ class TokenBucket:
                 self.tokens -= 1
                 return 0.0
             return (1 - self.tokens) / self.rate
+
+    def retry_after(self, wait: float) -> str:
+        """The ``Retry-After`` value for a wait of ``wait`` seconds: at least one unit, in whole units."""
+        units = max(1, math.ceil(wait / self.unit))
+        return str(units) if self.unit == 1.0 else f"{units * self.unit:g}"
 
 
 def recorded_replay(path: str) -> dict[str, tuple[int, bytes]]:
