@@ -52,7 +52,7 @@ class Fake:
     """Accepted API keys: when any, a request (``/v1/models`` too) without ``Authorization: Bearer KEY`` of one
     of them gets 401 (the body echoes the header it got, as some gateways do)."""
     bucket: TokenBucket | None = None
-    """A rate limit on generation requests: past it, 429 with ``Retry-After`` (whole seconds)."""
+    """A rate limit on generation requests: past it, 429 with ``Retry-After`` (whole seconds, or the bucket's unit)."""
     seen: list[tuple[float, str, str, dict[str, str]]] = field(default_factory=list)
     """Every request as it arrived: (time, method, path as sent, headers)."""
     refused: int = 0
@@ -62,6 +62,8 @@ class Fake:
     answered_with: list[tuple[int, str | None]] = field(default_factory=list)
     """The ``status:`` plans answered: (status, Retry-After)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+    stopped: threading.Event = field(default_factory=threading.Event)
+    """Set by :func:`serve`'s stop function."""
 
     def gate(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]] | None:
         """What every request gets before its route: None (go on) or a refusal (status, body, headers)."""
@@ -75,7 +77,7 @@ class Fake:
             if wait:
                 with self.lock:
                     self.refused += 1
-                return 429, b'{"error": {"message": "rate limited"}}', {"Retry-After": str(max(1, math.ceil(wait)))}
+                return 429, b'{"error": {"message": "rate limited"}}', {"Retry-After": self.bucket.retry_after(wait)}
         return None
 
     def answer(self, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[Any, ...]:
@@ -104,7 +106,7 @@ class Fake:
             self.answered_with.append((int(code), after[0] if after else None))
             return int(code), b'{"error": {"message": "later"}}', ({"Retry-After": after[0]} if after else {})
         if what == "slow":  # past the client's timeout; the client gives up and asks again
-            time.sleep(2.5)
+            self.stopped.wait(2.5)  # cut short when the endpoint stops: no handler outlives its test
         if what == "garbage":
             return 200, b"<html>not json</html>"
         if what == "nochoices":
@@ -139,10 +141,12 @@ class Fake:
 
 
 class TokenBucket:
-    """``rate`` requests a second, ``capacity`` at once (thread-safe)."""
+    """``rate`` requests a second, ``capacity`` at once (thread-safe). A refused request is told to come back after
+    the wait for the next token rounded up to whole ``unit`` seconds (1: whole seconds, what servers send; a test
+    that scales the rate up by k and the unit down by k replays the same schedule k times faster)."""
 
-    def __init__(self, rate: float, capacity: int) -> None:
-        self.rate, self.capacity = float(rate), float(capacity)
+    def __init__(self, rate: float, capacity: int, unit: float = 1.0) -> None:
+        self.rate, self.capacity, self.unit = float(rate), float(capacity), float(unit)
         self.tokens, self.at = float(capacity), time.monotonic()
         self.lock = threading.Lock()
 
@@ -156,6 +160,11 @@ class TokenBucket:
                 self.tokens -= 1
                 return 0.0
             return (1 - self.tokens) / self.rate
+
+    def retry_after(self, wait: float) -> str:
+        """The ``Retry-After`` value for a wait of ``wait`` seconds: at least one unit, in whole units."""
+        units = max(1, math.ceil(wait / self.unit))
+        return str(units) if self.unit == 1.0 else f"{units * self.unit:g}"
 
 
 def recorded_replay(path: str) -> dict[str, tuple[int, bytes]]:
@@ -185,8 +194,13 @@ def serve(fake: Fake, tls: tuple[str, str] | None = None) -> tuple[str, Callable
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
             self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            try:
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                # the client gave up on this request (a timeout): nothing to answer, and no traceback printed into
+                # whatever sys.stderr is at that moment (a later in-process run's captured stderr)
+                pass
 
         def _refused(self, method: str) -> bool:
             refusal = fake.gate(method, self.path, {k.lower(): v for k, v in self.headers.items()})
@@ -219,10 +233,13 @@ def serve(fake: Fake, tls: tuple[str, str] | None = None) -> tuple[str, Callable
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(*tls)
         server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # stop() waits until the serving loop looks at its flag again: every 0.05 s, not every 0.5 s (the default), so
+    # a stopped endpoint costs its test no idle half second
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
 
     def stop() -> None:
+        fake.stopped.set()
         server.shutdown()
         server.server_close()
 

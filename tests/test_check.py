@@ -179,7 +179,9 @@ HERMES_CALL = f"<tool_call>\n{J}\n</tool_call>"
 
 def test_dash_reads_one_generation_from_stdin(tmp_path):
     """``check -`` and ``--file -`` read the generation from standard input (``-`` used to be taken
-    as the generation text itself)."""
+    as the generation text itself). Through the console script with a real pipe: both spellings and empty stdin's
+    exit code; the rest of what is read how goes through the same entry point in this process (``check``: stdin
+    is what the command reads), without an interpreter start each."""
     tools = json.dumps(TOOLS)
     for argv in (("-",), ("--file", "-")):
         proc = check_console(*argv, "--tools", tools, "--json", stdin=HERMES_CALL)
@@ -187,18 +189,18 @@ def test_dash_reads_one_generation_from_stdin(tmp_path):
         out = json.loads(proc.stdout)
         assert (out["kind"], out["name"], out["arguments"]) == ("valid", "get_weather", CALL["arguments"])
         # a multi-line generation is one text, even when its lines look like JSONL
-        two = check_console(*argv, "--tools", tools, "--json", stdin=J + "\n" + json.dumps({"text": "x"}) + "\n")
+        two = check(*argv, "--tools", tools, "--json", stdin=J + "\n" + json.dumps({"text": "x"}) + "\n")
         assert json.loads(two.stdout)["n_calls"] >= 1 and "results" not in json.loads(two.stdout)
     # empty stdin is an input error in one line; an empty generation is checked as ''
-    for argv in (("-",), ("--file", "-")):
-        proc = check_console(*argv, "--tools", tools, stdin="")
+    for argv, run in ((("-",), check_console), (("--file", "-"), check)):
+        proc = run(*argv, "--tools", tools, stdin="")
         assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and "<stdin>: empty" in proc.stderr
-    proc = check_console("", "--tools", tools, "--json")
+    proc = check("", "--tools", tools, "--json")
     assert proc.returncode == 1 and json.loads(proc.stdout)["kind"] == "no_call"
     # '-' and JSONL on stdin: JSONL is read only when no TEXT is given
     lines = json.dumps({"text": J, "tools": TOOLS, "gold_tool_name": "get_weather"}) + "\n"
-    assert json.loads(check_console("--json", stdin=lines * 2).stdout)["summary"]["n"] == 2
-    assert check_console("-", "--file", str(tmp_path / "x"), stdin=J).returncode == 4
+    assert json.loads(check("--json", stdin=lines * 2).stdout)["summary"]["n"] == 2
+    assert check("-", "--file", str(tmp_path / "x"), stdin=J).returncode == 4
 
 
 def _bfcl_case_file(tmp_path):

@@ -43,7 +43,8 @@ def fixture_model() -> dict[str, Any]:
     cases = load_cases("fixture")[::2]  # every other case: single requests and conversations alike
     # zero-demo prompts (what the fixture was trained on) and one-demo prompts (longer, other outputs)
     prompts = [render_prompt(c, PromptSettings(demos=d)) for d in (0, 1) for c in cases]
-    return {"model": model, "tok": tok, "prompts": prompts, "adapters": names, "runs": {}}
+    ids = [tok(p)["input_ids"] for p in prompts]  # tokenized once: every _rows call copies them
+    return {"model": model, "tok": tok, "prompts": prompts, "ids": ids, "adapters": names, "runs": {}}
 
 
 def _once(fx: dict[str, Any], key: tuple, compute: Any) -> Any:
@@ -88,9 +89,9 @@ def _rows(fx: dict[str, Any], drafts: list[list[int]] | None = None, call_end: b
 
     tok = fx["tok"]
     eos = eos_token_ids(fx["model"], tok)
-    return [Row(prompt=tok(p)["input_ids"], max_new=MAX_NEW, draft=drafts[i] if drafts else (),
+    return [Row(prompt=list(ids), max_new=MAX_NEW, draft=drafts[i] if drafts else (),
                 stopper=RowStopper(tok, eos, UNTIL, MAX_NEW, call_end=call_end))
-            for i, p in enumerate(fx["prompts"])]
+            for i, ids in enumerate(fx["ids"])]
 
 
 def _engine(fx: dict[str, Any], model: Any = None, **config: Any) -> Any:

@@ -50,7 +50,8 @@ def loopback():
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the loop to look at its flag: every 0.05 s, not every 0.5 s (the default)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", hits
@@ -128,6 +129,13 @@ def test_cases_with_unresolvable_refs_are_rejected_at_load(tmp_path, loopback):
 
 # --- patterns: bounded time, own keyword -----------------------------------------------------
 
+@pytest.fixture()
+def short_budget(monkeypatch):
+    """A 0.1 s pattern budget instead of 0.5 s where a test waits for it to run out (EVIL never matches within
+    either: ~2^40 steps); the per-string check (50 strings x 0.1 s = 5 s) still exceeds the budget + 2 s bound."""
+    monkeypatch.setattr(S, "PATTERN_BUDGET_S", 0.1)
+
+
 def timed(args, params):
     start = time.monotonic()
     violation = validate_arguments(args, params)
@@ -155,6 +163,7 @@ def test_catastrophic_pattern_runs_in_linear_time_on_re2():
     ({"propertyNames": {"pattern": BACKTRACKING_ONLY}}, {EVIL: 1}),
     ({"properties": {"l": {"type": "array", "items": {"pattern": BACKTRACKING_ONLY}}}}, {"l": [EVIL] * 50}),
 ])
+@pytest.mark.usefixtures("short_budget")
 def test_backtracking_patterns_time_out_with_their_own_keyword(params, args):
     violation, took = timed(args, params)
     assert violation is not None and violation.keyword == "pattern_timeout"
@@ -169,6 +178,7 @@ def test_backtracking_patterns_still_work_when_they_finish():
     assert validate_arguments({"s": "aaaa"}, {"properties": {"s": {"pattern": BACKTRACKING_ONLY}}}) is None
 
 
+@pytest.mark.usefixtures("short_budget")
 def test_without_re2_every_pattern_is_budgeted(monkeypatch):
     monkeypatch.setattr(S, "HAVE_RE2", False)
     S._compiled.cache_clear()
@@ -195,6 +205,7 @@ def test_off_the_main_thread_backtracking_is_unsafe_not_a_hang():
     assert out["re2"].keyword == "pattern"  # RE2 needs no budget, so it works in any thread
 
 
+@pytest.mark.usefixtures("short_budget")
 def test_an_outer_alarm_timer_survives():
     signal.setitimer(signal.ITIMER_REAL, 30.0)
     previous = signal.getsignal(signal.SIGALRM)
@@ -216,6 +227,7 @@ def test_re2_follows_ecma_262_where_python_re_does_not():
     assert jsonschema.Draft202012Validator({"pattern": "^abc$"}).is_valid("abc\n")
 
 
+@pytest.mark.usefixtures("short_budget")
 def test_pattern_timeout_reaches_the_outcome():
     case = make_case(tools=[{"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string", "pattern": BACKTRACKING_ONLY}}}}])

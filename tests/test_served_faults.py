@@ -40,6 +40,23 @@ def _run(url: str, out: Path, *extra: str, adapter: str = "fake-ad") -> list[str
             "--output", str(out), "--json", *limit, *extra]
 
 
+@pytest.fixture
+def backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The served client's waits before asking again (``pause``: 0.5 s, doubling, where the server says nothing of
+    when to come back), recorded, and slept a tenth as long: the retries run as they do, the test does not idle
+    through half-seconds, and it asserts the waits the client chose."""
+    from lm_eval_toolfid.serving import client, pacing
+
+    waits: list[float] = []
+
+    def pause(seconds: float, cancel: object = None) -> bool:
+        waits.append(seconds)
+        return pacing.pause(seconds / 10, cancel)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(client, "pause", pause)
+    return waits
+
+
 def _toolfid(out: Path, label: str) -> dict:
     results = json.loads((out / label / "results.json").read_text())
     return results["configs"][FIXTURE_TASK]["metadata"]["toolfid"]
@@ -130,7 +147,7 @@ def test_lm_evals_environment_is_collected_once_per_process_and_copied_into_each
     assert len(calls) == 2 and elsewhere["pretty_env_info"] == "env 2"
 
 
-def test_transient_failures_are_retried(home: Path, tmp_path: Path) -> None:
+def test_transient_failures_are_retried(home: Path, tmp_path: Path, backoff: list[float]) -> None:
     url, stop = serve(Fake(plan=lambda n, body: "503" if n in (0, 1) else None))
     try:
         code, _, err = _main(_run(url, tmp_path / "out", "--concurrency", "1"))
@@ -138,9 +155,10 @@ def test_transient_failures_are_retried(home: Path, tmp_path: Path) -> None:
         stop()
     assert code == 0, err[-2000:]
     assert _toolfid(tmp_path / "out", "base")["served"]["retried"] == 1  # one request, asked three times
+    assert backoff == [0.5, 1.0]
 
 
-def test_a_timed_out_request_is_asked_again(home: Path, tmp_path: Path) -> None:
+def test_a_timed_out_request_is_asked_again(home: Path, tmp_path: Path, backoff: list[float]) -> None:
     fake = Fake(plan=lambda n, body: "slow" if n == 0 else None)
     url, stop = serve(fake)
     try:
@@ -150,9 +168,11 @@ def test_a_timed_out_request_is_asked_again(home: Path, tmp_path: Path) -> None:
     assert code == 0, err[-2000:]
     assert _toolfid(tmp_path / "out", "base")["served"]["retried"] == 1
     assert len(_samples(tmp_path / "out", "base")) == 3
+    assert backoff == [0.5]
 
 
-def test_a_server_failing_mid_view_stops_it_and_resume_asks_only_the_rest(home: Path, tmp_path: Path) -> None:
+def test_a_server_failing_mid_view_stops_it_and_resume_asks_only_the_rest(home: Path, tmp_path: Path,
+                                                                           backoff: list[float]) -> None:
     out = tmp_path / "out"
     failing = {"on": True}
     fake = Fake(plan=lambda n, body: "down" if failing["on"] and n >= 5 else None)
@@ -172,11 +192,13 @@ def test_a_server_failing_mid_view_stops_it_and_resume_asks_only_the_rest(home: 
     assert len(fake.requests) == (N_CASES - 5) + N_CASES  # the base view's rest, then the adapter view
     assert len(_samples(out, "base")) == N_CASES and not journal.exists()
     assert json.loads(stdout)["adapters"]["ad"]["metrics"]["base_json_valid_rate"] is not None
+    assert backoff == [0.5]  # the one retry --max-retries 1 allows
 
 
 @pytest.mark.parametrize("what, words", [("garbage", "malformed response"), ("nochoices", "no choices"),
                                          ("400", "refused a request"), ("down", "failed a request")])
-def test_bad_answers_stop_the_view_in_one_line(home: Path, tmp_path: Path, what: str, words: str) -> None:
+def test_bad_answers_stop_the_view_in_one_line(home: Path, tmp_path: Path, what: str, words: str,
+                                               backoff: list[float]) -> None:
     fake = Fake(plan=lambda n, body: what)
     url, stop = serve(fake)
     try:
@@ -185,10 +207,12 @@ def test_bad_answers_stop_the_view_in_one_line(home: Path, tmp_path: Path, what:
         stop()
     assert code == 6 and words in err, err[-2000:]
     assert len(fake.requests) == (1 if what == "400" else 2)  # a 400 is not retried
+    assert backoff == ([] if what == "400" else [0.5])
     assert "Traceback" not in err
 
 
-def test_a_request_a_healthy_server_always_fails_is_scored_as_no_call(home: Path, tmp_path: Path) -> None:
+def test_a_request_a_healthy_server_always_fails_is_scored_as_no_call(home: Path, tmp_path: Path,
+                                                                       backoff: list[float]) -> None:
     """transformers serve's tool parser answers 500 to a call whose JSON does not close: that case, not the view."""
     fake = Fake(plan=lambda n, body: "500" if "Osaka" in json.dumps(body) else None)
     url, stop = serve(fake)
@@ -201,6 +225,7 @@ def test_a_request_a_healthy_server_always_fails_is_scored_as_no_call(home: Path
     assert served["server_errors"] == 1 and "HTTP 500" in served["server_error_example"]
     kinds = {cid: s["cases_scored"]["ft"]["kind"] for cid, s in _samples(tmp_path / "out", "base").items()}
     assert kinds.pop("fx-000") not in ("valid", "invalid") and set(kinds.values()) == {"valid"}
+    assert backoff == [0.5, 0.5]  # that case's one retry, in each view
 
 
 def test_a_cut_answer_and_an_echoed_stop_string_are_counted(home: Path, tmp_path: Path) -> None:
