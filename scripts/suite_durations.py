@@ -71,4 +71,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    import signal
+
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly, as Unix tools do
     sys.exit(main(sys.argv[1:]))
