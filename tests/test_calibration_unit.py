@@ -94,6 +94,15 @@ def test_fit_refuses_unpaired_null_runs():
         fit(bad, {})
 
 
+def test_fit_names_a_metric_undefined_on_the_cases():
+    """Paired, but no call of the kind the hallucination rate counts: the metric named, not "run the base first"."""
+    runs = [NullRun(name="null_00", seed=0, multiplier=1.0, n_cases=2,
+                    metrics={"json_valid_rate": 0.0, "parse_rate": 0.5, "validity_delta": 0.0})]
+    with pytest.raises(ToolfidError, match=r"null run null_00 has no hallucination_rate on these cases") as err:
+        fit(runs, {})
+    assert "run the base model first" not in str(err.value)
+
+
 def test_malformed_calibration_files(tmp_path):
     path = tmp_path / "c.json"
     path.write_text("[]")

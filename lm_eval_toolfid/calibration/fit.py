@@ -211,10 +211,14 @@ def fit(runs: list[NullRun], provenance: dict[str, Any]) -> Calibration:
     """Fit every metric at every multiplier."""
     if not runs:
         raise ToolfidError("no null runs to fit")
-    missing = [r.name for r in runs if any(m not in r.metrics for m in METRICS)]
-    if missing:
-        raise ToolfidError(f"null run {missing[0]} lacks paired metrics (validity_delta): "
-                           "run the base model first so adapter runs pair with it")
+    missing = sorted(((m != "validity_delta", r.name, m) for r in runs for m in METRICS if m not in r.metrics))
+    if missing:  # unpaired first: it is the cause of every other missing metric
+        _, name, metric = missing[0]
+        if metric == "validity_delta":
+            raise ToolfidError(f"null run {name} lacks paired metrics (validity_delta): "
+                               "run the base model first so adapter runs pair with it")
+        raise ToolfidError(f"null run {name} has no {metric} on these cases (undefined: no call of the kind it "
+                           "counts was made): calibrate on cases where the base makes calls")
     runs = sorted(runs, key=lambda r: (r.multiplier, r.seed, r.name))  # values in one order, however the runs came
     by_mult: dict[str, list[NullRun]] = {}
     for run in runs:
