@@ -70,7 +70,9 @@ def read_check(path: Path, base_texts: Mapping[str, str],
         saved = json.loads(path.read_text(encoding="utf-8"))
         if saved.get("base_texts") != text_digest(base_texts):
             return None
-        if manifest is not None and saved.get("manifest") != manifest:
+        # compared as written (write_check's JSON: tuples as lists, paths as strings), or a vLLM run's engine args
+        # would never match and --resume would run the check again
+        if manifest is not None and saved.get("manifest") != json.loads(json.dumps(manifest, default=str)):
             return None
         return EngineCheck.from_dict(saved)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

@@ -1,0 +1,24 @@
+"""OUT/engine_check.json: what write_check writes, read_check reads back for --resume and the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lm_eval_toolfid.scoring import engine_noise
+
+
+def test_a_check_saved_with_engine_args_is_read_back_for_the_same_run(tmp_path: Path) -> None:
+    """A vLLM run's manifest holds engine args as tuples and paths; the file holds their JSON. The same run must
+    find its check again (--resume reuses it), another base run or other settings must not."""
+    path = tmp_path / engine_noise.FILE
+    texts = {"a": "x", "b": "y"}
+    manifest = {"backend": "vllm", "engine_args": (("max_model_len", 4096), ("enforce_eager", True)),
+                "pretrained": tmp_path / "base"}
+    check = engine_noise.compare_runs(texts, {"a": "x", "b": "z"})
+    engine_noise.write_check(path, check, texts, manifest)
+    again = engine_noise.read_check(path, texts, manifest)
+    assert again is not None and (again.n, again.identical, again.changed) == (2, 1, check.changed)
+    assert engine_noise.read_check(path, texts) is not None  # the report: any manifest
+    assert engine_noise.read_check(path, {"a": "x", "b": "other"}, manifest) is None  # another base run
+    assert engine_noise.read_check(path, texts, {**manifest, "engine_args": (("max_model_len", 2048),)}) is None
+    assert engine_noise.read_check(tmp_path / "absent.json", texts, manifest) is None
