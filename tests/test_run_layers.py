@@ -135,3 +135,30 @@ def test_the_run_arguments_travel_no_further_than_measured() -> None:
 
     path, ups, _ = measure()
     assert len(path) <= 32 and ups <= 8, (len(path), ups, path)
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    """A tiny ``lm_eval_toolfid`` tree for the walk (module path -> source)."""
+    for name, source in files.items():
+        path = root / "lm_eval_toolfid" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source, encoding="utf-8")
+    return root / "lm_eval_toolfid"
+
+
+def test_the_walk_follows_an_argument_read_with_getattr_or_converted(tmp_path: Path) -> None:
+    """``Connection(timeout=float(args.timeout), key=getattr(args, "key", None))`` hands the arguments on (as
+    ``cli/served_options.connection_from_args`` does); a computed value (``len``, arithmetic) does not."""
+    from scripts.run_arg_path import measure
+
+    conn = "class Conn:\n    def __init__(self, timeout, key=None):\n        self.timeout = timeout\n"
+    given = _package(tmp_path / "a", {
+        "cli/run.py": "from lm_eval_toolfid.serving.conn import Conn\n\n\ndef cmd_run(args):\n"
+                      "    return Conn(timeout=float(args.timeout), key=getattr(args, 'key', None))\n",
+        "serving/conn.py": conn})
+    computed = _package(tmp_path / "b", {
+        "cli/run.py": "from lm_eval_toolfid.serving.conn import Conn\n\n\ndef cmd_run(args):\n"
+                      "    return Conn(timeout=len(args.items) * 2.0)\n",
+        "serving/conn.py": conn})
+    assert measure(given)[0] == ["lm_eval_toolfid.cli.run", "lm_eval_toolfid.serving.conn"]
+    assert measure(computed)[0] == ["lm_eval_toolfid.cli.run"]
