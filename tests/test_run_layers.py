@@ -65,6 +65,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_every_run_module_imports_and_the_run_import_graph_has_no_cycle() -> None:
     graph = _graph()
     assert {"plan", "views", "session", "served_session", "runner", "calibrate"} <= set(graph)
+    assert "nulls" not in graph, "a calibration spec's files are the calibration layer's (calibration/nulls.py)"
     for name in graph:
         importlib.import_module(PREFIX + name)
     assert graph["plan"] == set(), "the plan is plain data: it imports no other run/ module"
@@ -82,8 +83,9 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 
 def test_the_served_session_refuses_a_calibration_in_one_line(tmp_path: Path) -> None:
+    from lm_eval_toolfid.calibration.nulls import CalibrationSpec
     from lm_eval_toolfid.core.errors import ToolfidError
-    from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan, ServedOptions
+    from lm_eval_toolfid.run.plan import RunPlan, ServedOptions
     from lm_eval_toolfid.run.served_session import ServedSession
 
     session = object.__new__(ServedSession)  # no server needed: the refusal reads nothing of it
