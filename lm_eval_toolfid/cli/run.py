@@ -149,8 +149,11 @@ def _models(args: argparse.Namespace) -> Models:
                                    "process with toolfid calibrate)")
         from lm_eval_toolfid.cli.served_options import connection_from_args
 
+        from lm_eval_toolfid.pairing.served import server_url
+
         connection = connection_from_args(args)  # key, headers, rate limits, concurrency, timeouts
-        return ServedOptions(server=server, api=args.api, tokenizer=args.tokenizer, connection=connection)
+        url = server_url(server)  # resolved once: a malformed URL fails here, before anything loads
+        return ServedOptions(server=url, api=args.api, tokenizer=args.tokenizer, connection=connection)
     if backend == "vllm":
         return VllmOptions(dtype=args.dtype, engine_args=parse_engine_args(items))
     return ModelOptions(batch_size=args.batch_size, device=args.device, dtype=args.dtype,

@@ -1,8 +1,9 @@
 """What one ``toolfid run`` evaluates (:class:`RunPlan`), the models' options (:class:`ModelOptions` in process,
 :class:`ServedOptions` against a server, :class:`VllmOptions` on one vLLM engine in process), its null calibration
 (a :class:`~lm_eval_toolfid.calibration.nulls.CalibrationSpec`) and one view of it (:class:`View`): plain values,
-decided once by the command line and read by the runner and the sessions (``--vllm-arg`` items are parsed for the plan here:
-:func:`parse_engine_args`)."""
+decided once by the command line and read by the runner and the sessions (``--vllm-arg`` items are parsed for the
+plan here: :func:`parse_engine_args`; the server's URL is resolved once: a
+:class:`~lm_eval_toolfid.pairing.served.ServerURL`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Mapping, Sequence, Union
 
 from lm_eval_toolfid.calibration.nulls import CalibrationSpec
 from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.pairing.served import ServerURL
 from lm_eval_toolfid.serving.connection import Connection
 
 
@@ -33,14 +35,16 @@ class ServedOptions:
     A new option is one field here, read by :meth:`model_args` (recorded with each view, part of its
     manifest) or :meth:`request_options` (how requests are sent, not what they ask)."""
 
-    server: str
+    server: ServerURL
+    """The server's URL, resolved by the plan (a malformed one fails there); model args record it as given."""
     api: str = "completions"
     tokenizer: str | None = None
     connection: Connection = field(default_factory=Connection)
     """How requests are sent: key, headers, timeouts, retries, rate-limit waits, concurrency (secrets never shown)."""
 
     def model_args(self) -> dict[str, Any]:
-        return {"base_url": self.server, "api": self.api, **({"tokenizer": self.tokenizer} if self.tokenizer else {})}
+        return {"base_url": self.server.given, "api": self.api,
+                **({"tokenizer": self.tokenizer} if self.tokenizer else {})}
 
     def request_options(self) -> dict[str, Any]:
         return {"connection": self.connection}
