@@ -274,7 +274,7 @@ def main() -> None:
               f"(target ≤ 1.05); always drafting ÷ unverified: {a.wall / p.wall:.3f} wall, {a.cpu / p.cpu:.3f} CPU")
 
     if args.nulls:
-        from lm_eval_toolfid.run.plan import CalibrationSpec
+        from lm_eval_toolfid.calibration.nulls import CalibrationSpec
 
         out = {}
         for mode, extra in (("verified", {}), ("unverified", {"verify": False})):

@@ -3,8 +3,8 @@ two numbers on every machine.
 
 The path starts at ``lm_eval_toolfid/cli/run.py``'s ``cmd_run`` with its ``args`` and follows, depth first in source
 order, every call that hands on an argument or a setting made of one (:meth:`Walk.carries`: a carrying name, a part
-of one, a container of them, a value read from one, a package object built from them, or what a ``cli``/``run``
-function makes of them; a computed result of a lower layer is that layer's data, not the arguments). A call is
+of one, a container of them, a value read from one (``.get``, ``getattr``) or converted (``int``, ``float``,
+``str``, ``bool``), a package object built from them, or what a ``cli``/``run`` function makes of them; a computed result of a lower layer is that layer's data, not the arguments). A call is
 followed where its target is found statically: a function or class of the same module or imported from
 ``lm_eval_toolfid`` (a class: its ``__init__``, or the class's module for a dataclass), ``self.method``, a method of
 an object whose class is known (built here, returned by an annotated function, or an annotated parameter; a
@@ -63,6 +63,8 @@ def names_in(node: ast.AST | None) -> set[str]:
 
 CONTAINERS = {"dict", "list", "tuple", "set", "frozenset", "sorted", "replace"}
 READS = {"get", "items", "values", "keys", "copy", "setdefault", "pop"}
+AS_GIVEN = {"getattr", "int", "float", "str", "bool"}
+"""Builtins whose result is the value they are given (read or converted): an argument stays one through them."""
 SETTING_LAYERS = {"cli", "run"}
 """The layers whose functions turn arguments into settings (what they return carries the arguments on)."""
 
@@ -141,8 +143,9 @@ class Walk:
 
     def carries(self, mod: Module, expr: ast.AST | None, carrying: set[str]) -> bool:
         """``expr`` is an argument or a setting built from them: a carrying name, a part of one (attribute, item,
-        ``*``/``**``), a container or choice of them, a package object built from them, a container built from them
-        or a value read from one (``.get``, ``.items``...). A computed result (another call, arithmetic, a message)
+        ``*``/``**``), a container or choice of them, a package object built from them, a container built from them,
+        a value read from one (``.get``, ``.items``..., ``getattr``) or converted (``float(args.timeout)``). A
+        computed result (another call, arithmetic, a message)
         is the function's own data, not the arguments."""
         if expr is None:
             return False
@@ -165,6 +168,9 @@ class Walk:
                 sym is not None and sym[0].split(".")[1] in SETTING_LAYERS))
             if isinstance(func, ast.Attribute) and func.attr in READS and self.carries(mod, func.value, carrying):
                 return True
+            if isinstance(func, ast.Name) and func.id in AS_GIVEN and expr.args and self.carries(mod, expr.args[0],
+                                                                                              carrying):
+                return True  # getattr(args, "x"), float(args.timeout): the argument itself
             given = [*expr.args, *(k.value for k in expr.keywords)]
             return built and any(self.carries(mod, a, carrying) for a in given)
         return False

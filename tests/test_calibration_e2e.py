@@ -14,8 +14,9 @@ from lm_eval_toolfid.calibration.posthoc import calibrate_from_results, score_re
 from lm_eval_toolfid.run.calibrate import calibrate_in_process
 from lm_eval_toolfid.calibration.adapters import adapter_update_norm
 from lm_eval_toolfid.calibration.fit import load_calibration
+from lm_eval_toolfid.calibration.nulls import CalibrationSpec
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan
+from lm_eval_toolfid.run.plan import RunPlan
 from lm_eval_toolfid.run.runner import run_plan
 
 from .lm_eval_helpers import BIN, FIXTURE_TASK, lm_eval_in_process, metrics, toolfid_here, toolfid_meta

@@ -12,7 +12,7 @@ import inspect
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from lm_eval_toolfid.core.errors import ToolfidError
 
@@ -247,6 +247,20 @@ def adapter_update_norm(adapter_dir: str | Path) -> float:
 
 def norms_agree(a: float, b: float, rtol: float = NORM_RTOL) -> bool:
     return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-12)
+
+
+def check_shared_calibration(adapters: Mapping[str, str]) -> None:
+    """One calibration (``--null-runs``) serves every adapter of a run only if they share one shape and one update
+    norm (label -> adapter folder)."""
+    shapes = {adapter_shape(p)["hash"] for p in adapters.values()}
+    if len(shapes) > 1:
+        raise ToolfidError("--null-runs calibrates one adapter shape; these adapters differ in shape: "
+                           "calibrate them in separate runs")
+    norms = {name: adapter_update_norm(p) for name, p in adapters.items()}
+    first_norm = next(iter(norms.values()))
+    if not all(norms_agree(first_norm, v) for v in norms.values()):
+        raise ToolfidError("--null-runs calibrates one adapter update norm; these adapters differ ("
+                           + ", ".join(f"{k} {v:.3g}" for k, v in norms.items()) + "): run each with --null-runs")
 
 
 # --- adapter shape -------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Null adapters: K PEFT folders per scale multiplier, shaped like a real adapter, with random
 directions whose per-module update norm ‖B·A‖_F matches the real one × multiplier ("same-size
-update, random direction"). The same seed gives byte-identical files.
+update, random direction"). The same seed gives byte-identical files. What one calibration asks for (how many,
+which seed and multipliers, where the nulls and the fit go) is a frozen :class:`CalibrationSpec`.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import hashlib
 import json
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,29 @@ log = logging.getLogger("lm_eval.toolfid")
 
 NULL_MARKER = "toolfid_null.json"
 DEFAULT_MULTIPLIERS = (0.5, 1.0, 2.0)
+
+
+@dataclass(frozen=True)
+class CalibrationSpec:
+    """K null adapters per multiplier, shaped like the real adapter, run after the base view and fitted into
+    ``out`` (``toolfid run --null-runs``, ``toolfid calibrate``): plain values, part of a run's plan; a session that
+    loads the base runs them (:meth:`lm_eval_toolfid.run.session.ModelSession.calibrate`)."""
+
+    runs: int
+    out: Path
+    """The calibration JSON."""
+    seed: int = 0
+    multipliers: tuple[float, ...] = DEFAULT_MULTIPLIERS
+    null_dir: Path | None = None
+    """Where the null adapters go (default: ``null_adapters`` beside ``out``)."""
+
+    @property
+    def null_folder(self) -> Path:
+        return self.null_dir or self.out.parent / "null_adapters"
+
+    def progress_labels(self) -> list[str]:
+        """The null views this calibration adds to a run's progress, in order (named as the null adapters)."""
+        return [f"null_{i:02d}" for i in range(self.runs * len(self.multipliers))]
 
 # --- null adapters -------------------------------------------------------------------------
 #
@@ -201,6 +226,12 @@ def make_null_adapters(like: str | Path, runs: int, out: str | Path, seed: int =
             atomic_write_text(folder / NULL_MARKER, json.dumps(marker, indent=1, sort_keys=True) + "\n")
             written.append(folder)
     return written
+
+
+def make_nulls(spec: CalibrationSpec, like: str, base: str) -> list[Path]:
+    """The spec's null adapters, shaped like ``like``, written to its null folder."""
+    return make_null_adapters(like, spec.runs, spec.null_folder, seed=spec.seed, multipliers=spec.multipliers,
+                              base=base)
 
 
 _MARKER_FIELDS = {"seed": int, "run_seed": int, "multiplier": (int, float), "like_shape": str,

@@ -179,6 +179,13 @@ def calibrate_from_results(paths: list[str], out: Path, task: str | None = None,
 def write_calibration(calibration: Calibration, out: Path) -> None:
     atomic_write_text(out, calibration.to_json())
 
+
+def write_fit(results: list[dict[str, Any]], task: str, out: Path) -> Calibration:
+    """The nulls' lm-eval results (a session just ran them) fitted and written to ``out``."""
+    calibration = calibration_from_results(results, task)
+    write_calibration(calibration, out)
+    return calibration
+
 # --- scoring existing results --------------------------------------------------------------
 
 def summary_from_row(row: RunRow, n: int) -> Summary:

@@ -54,7 +54,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS
     from lm_eval_toolfid.calibration.posthoc import calibrate_from_results, scan_results
     from lm_eval_toolfid.run.calibrate import calibrate_in_process
-    from lm_eval_toolfid.run.plan import CalibrationSpec
+    from lm_eval_toolfid.calibration.nulls import CalibrationSpec
 
     if not args.output:
         raise ToolfidError("calibrate needs --output FILE (where the calibration JSON goes)")

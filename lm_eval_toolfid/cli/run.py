@@ -19,8 +19,8 @@ from lm_eval_toolfid.cli.common import (
     parse_adapters,
 )
 from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, EXIT_SERVER, EXIT_STOP_CHECK, ToolfidError
-from lm_eval_toolfid.run.plan import (CalibrationSpec, Models, ModelOptions, RunPlan, ServedOptions, VllmOptions,
-                                      parse_engine_args)
+from lm_eval_toolfid.calibration.nulls import CalibrationSpec
+from lm_eval_toolfid.run.plan import Models, ModelOptions, RunPlan, ServedOptions, VllmOptions, parse_engine_args
 
 if TYPE_CHECKING:
     from lm_eval_toolfid.reporting.run_report import ReportOptions
@@ -88,9 +88,9 @@ def plan_command(args: argparse.Namespace) -> RunCommand:
                    limit=args.limit, resume=args.resume, calibration=calibration,
                    engine_check=bool(getattr(args, "engine_check", False)), verbose=args.verbose)
     if calibration is not None:  # one calibration must serve every adapter: refused before any model loads
-        from lm_eval_toolfid.run.nulls import check_calibration
+        from lm_eval_toolfid.calibration.adapters import check_shared_calibration
 
-        check_calibration(calibration, adapters)
+        check_shared_calibration(adapters)
     from lm_eval_toolfid.reporting.run_report import ReportOptions
 
     report = ReportOptions(task=args.task, base=args.base, json=args.json, verbose=args.verbose,
@@ -149,8 +149,11 @@ def _models(args: argparse.Namespace) -> Models:
                                    "process with toolfid calibrate)")
         from lm_eval_toolfid.cli.served_options import connection_from_args
 
+        from lm_eval_toolfid.pairing.served import server_url
+
         connection = connection_from_args(args)  # key, headers, rate limits, concurrency, timeouts
-        return ServedOptions(server=server, api=args.api, tokenizer=args.tokenizer, connection=connection)
+        url = server_url(server)  # resolved once: a malformed URL fails here, before anything loads
+        return ServedOptions(server=url, api=args.api, tokenizer=args.tokenizer, connection=connection)
     if backend == "vllm":
         return VllmOptions(dtype=args.dtype, engine_args=parse_engine_args(items))
     return ModelOptions(batch_size=args.batch_size, device=args.device, dtype=args.dtype,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,21 @@ def api_root(base_url: str) -> str:
     if not path.endswith("/v1"):
         path = path + "/v1"
     return f"{server_origin(base_url)}{path}"
+
+
+@dataclass(frozen=True)
+class ServerURL:
+    """A server URL resolved once (``toolfid run --server``'s plan): as given (what model args record), its
+    ``scheme://host:port`` and its ``/v1`` root."""
+
+    given: str
+    origin: str
+    root: str
+
+
+def server_url(base_url: str) -> ServerURL:
+    """``base_url`` resolved; one-line :class:`ToolfidError` when it is not an http(s) URL."""
+    return ServerURL(str(base_url), server_origin(base_url), api_root(base_url))
 
 
 def model_card(listing: list[dict[str, Any]], name: str) -> dict[str, Any] | None:

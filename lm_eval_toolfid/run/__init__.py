@@ -1,9 +1,8 @@
 """Running the views of ``toolfid run`` (and calibration), in layers that import only downwards:
 
 - ``plan``: what a run evaluates (:class:`RunPlan`, with its null calibration as a frozen
-  :class:`CalibrationSpec`): plain values;
+  :class:`~lm_eval_toolfid.calibration.nulls.CalibrationSpec`): plain values;
 - ``views``: one view as an ordinary lm-eval evaluation of the task, shared by every session;
-- ``nulls``: what a calibration spec asks of files (its adapters checked, nulls written, the fit written);
 - ``session`` (a base loaded once with many adapters; it runs calibrations) and ``served_session`` (models behind
   a server; it refuses calibration in one line): the sessions behind the runner's one interface;
 - ``runner``: the base view, the session's calibration, the adapter views, ``--resume``, each view saved as it

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from lm_eval_toolfid.calibration.fit import Calibration
-from lm_eval_toolfid.run.nulls import make_nulls
-from lm_eval_toolfid.run.plan import CalibrationSpec, ModelOptions, View
+from lm_eval_toolfid.calibration.nulls import CalibrationSpec, make_nulls
+from lm_eval_toolfid.run.plan import ModelOptions, View
 from lm_eval_toolfid.run.session import ModelSession, check_adapters
 
 

@@ -1,8 +1,9 @@
 """What one ``toolfid run`` evaluates (:class:`RunPlan`), the models' options (:class:`ModelOptions` in process,
 :class:`ServedOptions` against a server, :class:`VllmOptions` on one vLLM engine in process), its null calibration
-(:class:`CalibrationSpec`) and one view of it (:class:`View`): plain values, decided once by the command line and
-read by the runner and the sessions (``--vllm-arg`` items are parsed for the plan here:
-:func:`parse_engine_args`)."""
+(a :class:`~lm_eval_toolfid.calibration.nulls.CalibrationSpec`) and one view of it (:class:`View`): plain values,
+decided once by the command line and read by the runner and the sessions (``--vllm-arg`` items are parsed for the
+plan here: :func:`parse_engine_args`; the server's URL is resolved once: a
+:class:`~lm_eval_toolfid.pairing.served.ServerURL`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence, Union
 
-from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS
+from lm_eval_toolfid.calibration.nulls import CalibrationSpec
 from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.pairing.served import ServerURL
 from lm_eval_toolfid.serving.connection import Connection
 
 
@@ -33,14 +35,16 @@ class ServedOptions:
     A new option is one field here, read by :meth:`model_args` (recorded with each view, part of its
     manifest) or :meth:`request_options` (how requests are sent, not what they ask)."""
 
-    server: str
+    server: ServerURL
+    """The server's URL, resolved by the plan (a malformed one fails there); model args record it as given."""
     api: str = "completions"
     tokenizer: str | None = None
     connection: Connection = field(default_factory=Connection)
     """How requests are sent: key, headers, timeouts, retries, rate-limit waits, concurrency (secrets never shown)."""
 
     def model_args(self) -> dict[str, Any]:
-        return {"base_url": self.server, "api": self.api, **({"tokenizer": self.tokenizer} if self.tokenizer else {})}
+        return {"base_url": self.server.given, "api": self.api,
+                **({"tokenizer": self.tokenizer} if self.tokenizer else {})}
 
     def request_options(self) -> dict[str, Any]:
         return {"connection": self.connection}
@@ -82,29 +86,6 @@ def parse_engine_args(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
 
 Models = Union[ModelOptions, ServedOptions, VllmOptions]
 ENGINE_CHECK_LABEL = "base-again"
-
-
-@dataclass(frozen=True)
-class CalibrationSpec:
-    """K null adapters per multiplier, shaped like the real adapter, run after the base view and fitted into
-    ``out`` (``--null-runs``, ``toolfid calibrate``); a session that loads the base runs them
-    (:meth:`lm_eval_toolfid.run.session.ModelSession.calibrate`)."""
-
-    runs: int
-    out: Path
-    """The calibration JSON."""
-    seed: int = 0
-    multipliers: tuple[float, ...] = DEFAULT_MULTIPLIERS
-    null_dir: Path | None = None
-    """Where the null adapters go (default: ``null_adapters`` beside ``out``)."""
-
-    @property
-    def null_folder(self) -> Path:
-        return self.null_dir or self.out.parent / "null_adapters"
-
-    def progress_labels(self) -> list[str]:
-        """The null views this calibration adds to a run's progress, in order (named as the null adapters)."""
-        return [f"null_{i:02d}" for i in range(self.runs * len(self.multipliers))]
 
 
 @dataclass(frozen=True)

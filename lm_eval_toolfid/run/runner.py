@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from lm_eval_toolfid.reporting.view_store import ViewResult, load_saved_view, save_view, view_manifest
-from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan, ServedOptions, View, VllmOptions
+from lm_eval_toolfid.calibration.nulls import CalibrationSpec
+from lm_eval_toolfid.run.plan import RunPlan, ServedOptions, View, VllmOptions
 from lm_eval_toolfid.scoring import engine_noise
 from lm_eval_toolfid.scoring.engine_noise import EngineCheck
 
@@ -60,7 +61,7 @@ def run_plan(plan: RunPlan, session: ViewSession | None = None,
              progress: Any = None) -> tuple[ViewResult, list[ViewResult]]:
     """The base view and every adapter view of ``plan`` (``session`` default: :func:`open_session`'s); what
     needs no session was checked when the plan was made (``toolfid run``: a calibration's adapters,
-    :func:`lm_eval_toolfid.run.nulls.check_calibration`), what needs one is checked here, before any view runs.
+    :func:`lm_eval_toolfid.calibration.adapters.check_shared_calibration`), what needs one is checked here, before any view runs.
     With ``plan.resume``, views saved with the same manifest are reused; when every view is, no model
     is loaded at all."""
     session = session or open_session(plan, progress)

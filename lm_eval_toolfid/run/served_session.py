@@ -16,7 +16,8 @@ from typing import Any, Iterator, Sequence
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.pairing.served import model_card
 from lm_eval_toolfid.reporting.view_store import ViewResult
-from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan, ServedOptions, View
+from lm_eval_toolfid.calibration.nulls import CalibrationSpec
+from lm_eval_toolfid.run.plan import RunPlan, ServedOptions, View
 from lm_eval_toolfid.run.views import evaluate_view, view_requests
 from lm_eval_toolfid.serving.client import list_models
 

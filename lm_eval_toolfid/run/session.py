@@ -20,8 +20,9 @@ from lm_eval_toolfid.calibration.adapters import check_adapter
 from lm_eval_toolfid.core.errors import ToolfidError, offline
 from lm_eval_toolfid.core.flags import parse_flag
 from lm_eval_toolfid.reporting.view_store import ViewResult
-from lm_eval_toolfid.run.nulls import make_nulls, write_fit
-from lm_eval_toolfid.run.plan import CalibrationSpec, ModelOptions, RunPlan, View
+from lm_eval_toolfid.calibration.nulls import CalibrationSpec, make_nulls
+from lm_eval_toolfid.calibration.posthoc import write_fit
+from lm_eval_toolfid.run.plan import ModelOptions, RunPlan, View
 from lm_eval_toolfid.run.views import evaluate_view
 
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ class ModelSession:
                 results.append(view.results)
         finally:
             set_peft_model_state_dict(self.peft_model, real, adapter_name="default")
-        return write_fit(spec, results, task)
+        return write_fit(results, task, spec.out)
 
 
 def verify_setting(value: Any) -> bool | None:

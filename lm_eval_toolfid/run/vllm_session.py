@@ -22,8 +22,9 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.reporting.view_store import ViewResult
-from lm_eval_toolfid.run.nulls import make_nulls, write_fit
-from lm_eval_toolfid.run.plan import CalibrationSpec, RunPlan, View, VllmOptions
+from lm_eval_toolfid.calibration.nulls import CalibrationSpec, make_nulls
+from lm_eval_toolfid.calibration.posthoc import write_fit
+from lm_eval_toolfid.run.plan import RunPlan, View, VllmOptions
 from lm_eval_toolfid.run.views import evaluate_view
 
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -177,4 +178,4 @@ class VllmSession:
             if self.progress is not None:
                 self.progress.view_finished(result.label, len(result.samples))
             results.append(result.results)
-        return write_fit(spec, results, plan.task)
+        return write_fit(results, plan.task, spec.out)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from lm_eval_toolfid.core.errors import EXIT_SERVER_AUTH, ToolfidError, one_line
-from lm_eval_toolfid.pairing.served import api_root, server_origin
+from lm_eval_toolfid.pairing.served import ServerURL, api_root, server_origin
 from lm_eval_toolfid.serving.connection import Connection, Secret
 from lm_eval_toolfid.serving.pacing import AdaptiveLimit, pause, retry_after_seconds
 
@@ -271,14 +271,15 @@ class ServerClient:
             return False
 
 
-def list_models(base_url: str, connection: Connection | None = None) -> list[dict[str, Any]]:
-    """The server's ``/v1/models`` entries (asked with the connection's key and headers); one-line
+def list_models(server: ServerURL, connection: Connection | None = None) -> list[dict[str, Any]]:
+    """The server's ``/v1/models`` entries (``server`` resolved by the caller: :func:`~lm_eval_toolfid.pairing.
+    served.server_url`; asked with the connection's key and headers); one-line
     :class:`ToolfidError` when it cannot be reached or answers something else than the OpenAI list shape,
     :class:`ServerAuthError` when it refuses the key."""
     import httpx2
 
     conn = connection or Connection(timeout=10.0)
-    url = api_root(base_url) + "/models"
+    url = server.root + "/models"
     try:
         with conn.with_options(timeout=min(conn.timeout, 10.0)).http_client() as http:
             for attempt in range(4):  # a rate-limited endpoint may refuse the lookup too: wait as it says
@@ -291,9 +292,9 @@ def list_models(base_url: str, connection: Connection | None = None) -> list[dic
     except httpx2.HTTPError as exc:
         reason = conn.redact(one_line(str(exc) or type(exc).__name__))
         if "CERTIFICATE_VERIFY_FAILED" in reason:  # reached, but its certificate is not one the system trusts
-            raise ToolfidError(f"server {server_origin(base_url)}: its certificate is not trusted ({reason}); a private "
+            raise ToolfidError(f"server {server.origin}: its certificate is not trusted ({reason}); a private "
                                "CA's certificate goes in SSL_CERT_FILE (or SSL_CERT_DIR)") from None
-        raise ToolfidError(f"server {server_origin(base_url)} is not reachable ({reason}); start it first "
+        raise ToolfidError(f"server {server.origin} is not reachable ({reason}); start it first "
                            "(see README: Served models)") from None
     if response.status_code in (401, 403):
         raise ServerAuthError(f"the server refused the request: HTTP {response.status_code}; {conn.key_hint()} "

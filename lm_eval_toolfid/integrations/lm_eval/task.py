@@ -27,7 +27,7 @@ from lm_eval_toolfid.integrations.lm_eval.fidelity_run import FidelityRun
 from lm_eval_toolfid.integrations.lm_eval.hints import RequestHints, ViewHints, attach as attach_hints
 from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 from lm_eval_toolfid.pairing.identity import RunKey, base_identity, canonical, request_hash
-from lm_eval_toolfid.pairing.served import SERVED_BACKENDS, served_adapter, served_identity
+from lm_eval_toolfid.pairing.served import SERVED_BACKENDS, served_adapter, served_identity, server_url
 from lm_eval_toolfid.prompts.auto import AUTO
 from lm_eval_toolfid.prompts.chat import shipped_chat_template, template_sha
 from lm_eval_toolfid.prompts.history import conversation_text
@@ -344,7 +344,7 @@ class ToolUseFidelityTask(ConfigurableTask):
         but is served as an adapter is refused here, in one line."""
         s = self.settings
         base_url = str(s.model_args["base_url"])
-        listing = list_models(base_url, connection_for(base_url, s.model_args))  # the model's key and headers
+        listing = list_models(server_url(base_url), connection_for(base_url, s.model_args))  # its key and headers
         served_adapter(s.model_args, s.base_model, listing)
         if self.backend in ("local-chat-completions", "openai-chat-completions"):
             raise ToolfidError(f"lm-eval's {self.backend} sends no per-case tools= and wraps the prompt in messages: use "
