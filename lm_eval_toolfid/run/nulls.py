@@ -1,5 +1,6 @@
 """What a null calibration (:class:`~lm_eval_toolfid.run.plan.CalibrationSpec`) asks of files, no model loaded:
-whether one calibration serves a run's adapters, its null adapters written, the nulls' results fitted and written.
+whether one calibration serves a run's adapters, its null adapters written, each null's per-case answers kept, the
+nulls' results fitted and written.
 Running the nulls is the session's (:meth:`lm_eval_toolfid.run.session.ModelSession.fit_nulls`)."""
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from lm_eval_toolfid.calibration.fit import Calibration
 from lm_eval_toolfid.calibration.nulls import make_null_adapters
 from lm_eval_toolfid.calibration.posthoc import calibration_from_results, write_calibration
 from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.core.fsutil import atomic_write_text
+from lm_eval_toolfid.reporting.view_store import ViewResult, lm_eval_sample_line
 from lm_eval_toolfid.run.plan import CalibrationSpec
 
 
@@ -33,6 +36,15 @@ def make_nulls(spec: CalibrationSpec, adapter: str, base: str) -> list[Path]:
     """The spec's null adapters, shaped like ``adapter``, written to its null folder."""
     return make_null_adapters(adapter, spec.runs, spec.null_folder, seed=spec.seed, multipliers=spec.multipliers,
                               base=base)
+
+
+def keep_null_view(spec: CalibrationSpec, view: ViewResult) -> Path:
+    """A null's per-case answers (lm-eval sample lines, as every view's ``samples.jsonl``) kept as
+    ``spec.samples_folder/NULL.jsonl``: what the random adapter answered, case by case. Not in the adapter's folder
+    (its content is its identity) and not as a results file (a run folder's ``results*.json`` are its views)."""
+    path = spec.samples_folder / f"{view.label}.jsonl"
+    atomic_write_text(path, "".join(lm_eval_sample_line(sample) for sample in view.samples))
+    return path
 
 
 def write_fit(spec: CalibrationSpec, results: list[dict[str, Any]], task: str) -> Calibration:

@@ -102,6 +102,11 @@ class CalibrationSpec:
     def null_folder(self) -> Path:
         return self.null_dir or self.out.parent / "null_adapters"
 
+    @property
+    def samples_folder(self) -> Path:
+        """Where each null's per-case answers go (``null_XX.jsonl``, lm-eval sample lines): beside ``out``."""
+        return self.out.parent / "null_samples"
+
     def progress_labels(self) -> list[str]:
         """The null views this calibration adds to a run's progress, in order (named as the null adapters)."""
         return [f"null_{i:02d}" for i in range(self.runs * len(self.multipliers))]
