@@ -104,13 +104,19 @@ MAX_NEW = 96
 PROSE = "I would rather tell you about bread: flour, water, salt and a patient night in a cool kitchen."
 
 
-def small_cases(out: Path, n: int = SERVED_N) -> Path:
-    """The first ``n`` default cases with at most ``MAX_NEW`` new tokens, as a cases file."""
+def small_cases(out: Path, n: int = SERVED_N, ids: tuple[str, ...] | None = None) -> Path:
+    """The first ``n`` default cases (or those of ``ids``, in that order) with at most ``MAX_NEW`` new tokens, as a
+    cases file."""
     import json
 
     from lm_eval_toolfid.cases.bundled import default_cases_path
 
-    rows = [json.loads(x) for x in default_cases_path().read_text(encoding="utf-8").splitlines() if x.strip()][:n]
+    rows = [json.loads(x) for x in default_cases_path().read_text(encoding="utf-8").splitlines() if x.strip()]
+    if ids is None:
+        rows = rows[:n]
+    else:
+        by_id = {row["id"]: row for row in rows}
+        rows = [by_id[i] for i in ids]
     out.write_text("".join(json.dumps({**row, "max_new_tokens": MAX_NEW}) + "\n" for row in rows))
     return out
 
