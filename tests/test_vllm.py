@@ -7,9 +7,9 @@ and ONE ``lm_eval --model vllm`` adapter run, which pairs with that run's base v
 two commands run one after the other in one interpreter (tests/vllm_clis.py: their imports paid once). The
 in-process engines run their engine core in the test's subprocess, and the server's engine core runs the model
 itself (``vllm_env(in_process=True)``: no worker process importing vLLM again); the server is stopped once its
-run is done, before the in-process engines start. Every run answers the first 2 default cases (96 new tokens at
-most; the two the prose LoRA was trained on, so each case shows whether its view ran under its own adapter; it
-answers prose and then ends its answer, so no LoRA view decodes on to the budget):
+run is done, before the in-process engines start. Every run answers the same 2 default cases (``SERVED_CASES`` in
+tests/vllm_helpers.py, 96 new tokens at most: the base makes a valid call in about 30 tokens, the prose LoRA answers
+prose, so each case shows whether its view ran under its own adapter, and no view decodes on to the budget):
 
 - ``toolfid run --server`` against the server, ``toolfid run`` in process (the project's engine) and ``toolfid run
   --backend vllm`` give the same per-case answers, the same verdicts, and the B = 0 adapter "changed no output";
@@ -18,7 +18,7 @@ answers prose and then ends its answer, so no LoRA view decodes on to the budget
 - null calibration on vLLM: ``toolfid run --backend vllm --adapter prose --null-runs 1`` (a third command in that
   interpreter: its own engine, as one calibration serves one update norm and the B = 0 adapter's is 0) writes the
   same null PEFT folders, the same per-case answers of every null, the same fit and the same z as the project's
-  engine given the same command, on two other default cases (``NULL_CASES``).
+  engine given the same command.
 """
 
 from __future__ import annotations
@@ -44,13 +44,9 @@ ENGINE = ("--dtype", "float32", "--vllm-arg", "max_model_len=4096", "--vllm-arg"
 costs about 90 s before the first answer); max_lora_rank is toolfid's default (16: the test LoRAs' rank fits)."""
 LM_EVAL_BASE_ARGS = "dtype=float32,max_model_len=4096,enforce_eager=True,enable_lora=True,max_lora_rank=16"
 """The same engine as ``lm_eval --model vllm`` model args (the LoRA settings toolfid's base view records)."""
-NULL_CASES = ("weather-0011", "issues-0012")
-"""The null calibration's cases: two where SmolLM2's base makes a valid call in about 30 tokens and its nulls (seed
-``NULL_SEED``) answer differently from it and from each other (×1 changes an argument, ×2 breaks a call), so the
-three nulls' answers, metrics and fit are not all one value; each null and the prose LoRA end their answers within
-about 35 tokens (the first two default cases run the base and the nulls to the 96-token budget: vLLM's CPU LoRA
-path costs about 0.2 s a decode step, every null row is a LoRA row)."""
 NULL_SEED = 5
+"""The null adapters' seed: on the module's cases its three nulls answer in three ways (×0.5 as the base, ×1 changes
+an argument, ×2 breaks a call), so their answers, metrics and fits are not all one value."""
 
 
 class Run(NamedTuple):
@@ -112,11 +108,6 @@ class Cli(NamedTuple):
     stderr: str
 
 
-@pytest.fixture(scope="module")
-def null_cases(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return small_cases(tmp_path_factory.mktemp("vllm-null-cases") / "cases.jsonl", ids=NULL_CASES)
-
-
 def _null_run_args(smollm2: Path, prose: Path, cases: Path, out: Path) -> list[str]:
     """``toolfid run --null-runs 1`` of the prose LoRA: base, 3 nulls (×0.5, ×1, ×2), prose; the engine's flags apart."""
     return ["--base", str(smollm2), "--adapter", f"prose={prose}", "--cases", str(cases), "--output", str(out), "--json",
@@ -124,11 +115,11 @@ def _null_run_args(smollm2: Path, prose: Path, cases: Path, out: Path) -> list[s
 
 
 @pytest.fixture(scope="module")
-def inproc_null_run(vllm_server, smollm2: Path, null_cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+def inproc_null_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
     """The same null calibration on the project's own engine (its CLI entry point in this process)."""
     root = tmp_path_factory.mktemp("vllm-null-inproc")
     t0 = time.monotonic()
-    proc = toolfid_here(["run", *_null_run_args(smollm2, vllm_server.loras["prose"], null_cases, root / "out"),
+    proc = toolfid_here(["run", *_null_run_args(smollm2, vllm_server.loras["prose"], cases, root / "out"),
                          "--device", "cpu"], root / "home")
     assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
     return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
@@ -142,8 +133,8 @@ class VllmRuns(NamedTuple):
 
 
 @pytest.fixture(scope="module")
-def vllm_runs(vllm_server, served_run: Run, smollm2: Path, cases: Path, null_cases: Path,
-              tmp_path_factory: pytest.TempPathFactory) -> VllmRuns:
+def vllm_runs(vllm_server, served_run: Run, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory
+              ) -> VllmRuns:
     """``toolfid run --backend vllm`` (base + noop + prose in ONE in-process vLLM engine, the same PEFT folders as
     the server's ``--lora-modules``), then the ``lm_eval --model vllm … lora_local_path=PROSE`` adapter run, then
     ``toolfid run --backend vllm --adapter prose --null-runs 1`` (the null calibration on vLLM), the three commands'
@@ -162,7 +153,7 @@ def vllm_runs(vllm_server, served_run: Run, smollm2: Path, cases: Path, null_cas
                "--metadata", json.dumps({"cases": str(cases)}), "--limit", str(N), "--log_samples", "--output_path",
                str(root / "prose")]
     nulls = ["run", "--backend", "vllm", *ENGINE,
-             *_null_run_args(smollm2, vllm_server.loras["prose"], null_cases, root / "null-out")]
+             *_null_run_args(smollm2, vllm_server.loras["prose"], cases, root / "null-out")]
     spec = root / "clis.json"
     spec.write_text(json.dumps([{"cli": "toolfid", "argv": toolfid, "out": str(root / "toolfid")},
                                 {"cli": "lm_eval", "argv": lm_eval, "out": str(root / "lm_eval")},
@@ -300,10 +291,10 @@ def test_toolfid_run_backend_vllm_null_calibration_fits_as_the_project_engine(vl
         assert _answers(vllm.out / label) == _answers(hf.out / label), label
     base = _answers(hf.out / "base")
     answers, theirs = _null_answers(vllm), _null_answers(hf)
-    assert set(answers) == set(nulls) and all(len(a) == len(NULL_CASES) for a in answers.values())
+    assert set(answers) == set(nulls) and all(len(a) == N for a in answers.values())
     for name in nulls:
         differ = [cid for cid in answers[name] if answers[name][cid] != theirs[name][cid]]
-        print(f"{name}: {len(NULL_CASES) - len(differ)}/{len(NULL_CASES)} cases answer alike (vLLM and the project's "
+        print(f"{name}: {N - len(differ)}/{N} cases answer alike (vLLM and the project's "
               f"engine); {sum(answers[name][c] != base[c] for c in base)} differ from the base")
         assert not differ, [(name, cid, answers[name][cid], theirs[name][cid]) for cid in differ]
     assert len({json.dumps(a, sort_keys=True) for a in answers.values()} | {json.dumps(base, sort_keys=True)}) > 2
