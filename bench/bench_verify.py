@@ -281,7 +281,7 @@ def main() -> None:
             with Clock() as c:
                 spec = CalibrationSpec(args.nulls, tmp / f"cal-{mode}.json", null_dir=tmp / "nulls")
                 cal = session.calibrate_nulls(spec, adapters["trained"], task, {**meta, **extra})
-            out[mode] = (c, json.dumps({k: {m: f.mean for m, f in v.items()} for k, v in cal.fits.items()},
+            out[mode] = (c, json.dumps({k: {m: f and f.mean for m, f in v.items()} for k, v in cal.fits.items()},
                                        sort_keys=True, default=str))
         v, p = out["verified"][0], out["unverified"][0]
         same = out["verified"][1] == out["unverified"][1]

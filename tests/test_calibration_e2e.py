@@ -172,3 +172,7 @@ def test_toolfid_run_with_null_runs_calibrates_and_scores_in_one_go(tmp_path):
     assert cal.provenance["adapter_update_norm"] == pytest.approx(adapter_update_norm(FIX["adapters"]["broken"]))
     assert broken["null"]["k"] == 1 and broken["null"]["degenerate"] and "K=1" in broken["null"]["rank_note"]
     assert broken["verdict"]["passed"] is False
+    # each null's per-case answers kept beside the calibration, one sample line per case
+    kept = sorted((tmp_path / "out" / "null_samples").glob("*.jsonl"))
+    assert [p.stem for p in kept] == [r.name for r in cal.runs] == ["null_00", "null_01", "null_02"]
+    assert all(len(p.read_text().splitlines()) == r.n_cases for p, r in zip(kept, cal.runs))

@@ -94,13 +94,71 @@ def test_fit_refuses_unpaired_null_runs():
         fit(bad, {})
 
 
-def test_fit_names_a_metric_undefined_on_the_cases():
-    """Paired, but no call of the kind the hallucination rate counts: the metric named, not "run the base first"."""
-    runs = [NullRun(name="null_00", seed=0, multiplier=1.0, n_cases=2,
-                    metrics={"json_valid_rate": 0.0, "parse_rate": 0.5, "validity_delta": 0.0})]
-    with pytest.raises(ToolfidError, match=r"null run null_00 has no hallucination_rate on these cases") as err:
-        fit(runs, {})
-    assert "run the base model first" not in str(err.value)
+def _run(i, valid, halluc, n=10, mult=1.0):
+    """A paired null run; ``halluc`` None: it made no valid call, so its hallucination_rate is undefined (absent)."""
+    metrics = {"json_valid_rate": valid, "parse_rate": 0.5, "validity_delta": valid - 0.5}
+    if halluc is not None:
+        metrics["hallucination_rate"] = halluc
+    return NullRun(name=f"null_{i:02d}", seed=i, multiplier=mult, n_cases=n, metrics=metrics)
+
+
+def test_a_null_with_no_valid_call_is_left_out_of_the_hallucination_fit_only(tmp_path):
+    """One null run that makes no valid call has no hallucination_rate (a rate over valid calls): the calibration is
+    still fitted and written, hallucination_rate over the two runs that define it (n=2, the third named), its
+    binomial floor pooled over those two runs' valid calls only; every other metric over all three."""
+    from lm_eval_toolfid.core.stats import binomial_se, jeffreys_rate
+
+    cal = fit([_run(0, 0.4, 0.25), _run(1, 0.2, 0.5), _run(2, 0.0, None)], {"case_set": "x"})
+    h = cal.fits["1"]["hallucination_rate"]
+    assert (h.n, h.values, h.undefined) == (2, [0.25, 0.5], ["null_02"])
+    assert h.mean == pytest.approx(0.375)
+    # valid calls: 4 and 2, hallucinated 1 and 1: Jeffreys (2 + ½)/(6 + 1), one run of 3 valid calls on average
+    assert h.floor == pytest.approx(binomial_se(jeffreys_rate(2, 6), 3))
+    for metric in ("json_valid_rate", "parse_rate", "validity_delta"):
+        assert cal.fits["1"][metric].n == 3 and cal.fits["1"][metric].undefined == []
+    assert cal.fits["1"]["json_valid_rate"].mean == pytest.approx(0.2)
+    path = tmp_path / "c.json"
+    path.write_text(cal.to_json())
+    assert "NaN" not in path.read_text()
+    loaded = load_calibration(path)
+    assert loaded.fits == cal.fits and loaded.z(0.5) == cal.z(0.5)
+    null = loaded.compare(_summary(0.5, 10))
+    assert null.k == 3 and null.z == pytest.approx(cal.z(0.5, n=10)) and 0 < null.z < float("inf")
+    # a file written before fits could leave runs out (no "undefined" field) still loads
+    old = json.loads(fit(runs([0.0, 0.1, 0.2]), {}).to_json())
+    for fits in old["fits"].values():
+        for f in fits.values():
+            f.pop("undefined")
+    path.write_text(json.dumps(old))
+    assert load_calibration(path).fits["1"]["hallucination_rate"].n == 3
+
+
+def test_a_metric_undefined_in_every_null_run_has_no_fit(real_adapter, tmp_path, capsys):
+    """No null makes a valid call (a small case set, K=1 at each multiplier): hallucination_rate has no fit at any
+    multiplier, written as JSON null (no 0, no NaN); the file loads, z, the rank p and the z profile (json_valid_rate)
+    stand, and ``toolfid calibrate`` says which metric has no fit."""
+    from lm_eval_toolfid.cli import main
+
+    cal = fit([_run(i, 0.0, None, n=2, mult=m) for i, m in enumerate((0.5, 1.0, 2.0))], {"case_set": "x"})
+    assert all(fits["hallucination_rate"] is None for fits in cal.fits.values())
+    payload = json.loads(cal.to_json())
+    assert all(fits["hallucination_rate"] is None for fits in payload["fits"].values())
+    assert "NaN" not in cal.to_json()
+    path = tmp_path / "c.json"
+    path.write_text(cal.to_json())
+    loaded = load_calibration(path)
+    null = loaded.compare(_summary(0.5, 2))
+    assert null.k == 1 and null.degenerate and 0 < null.z < float("inf")
+    assert set(loaded.z_profile(0.5)) == {"0.5", "1", "2"}
+    # the same through lm-eval results files without the metric, fitted and printed by toolfid calibrate
+    nulls = make_null_adapters(real_adapter, runs=1, out=tmp_path / "nulls", multipliers=(1.0,))
+    result = _results_for(nulls[0], 0.0)
+    result["results"]["tool_use_fidelity"].pop("hallucination_rate,none")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "results_1.json").write_text(json.dumps(result))
+    assert main(["calibrate", "--from-results", str(tmp_path / "runs"), "--output", str(tmp_path / "cal.json")]) == 0
+    assert "hallucination_rate no fit (defined in no null run)" in capsys.readouterr().out
+    assert load_calibration(tmp_path / "cal.json").fits["1"]["hallucination_rate"] is None
 
 
 def test_malformed_calibration_files(tmp_path):
@@ -350,6 +408,9 @@ def _good_calibration_payload():
     (lambda p: p["runs"].pop(), "2 null runs listed for K=3"),
     (lambda p: p["runs"][0].update(n_cases=0), "n_cases=0"),
     (lambda p: p.update(format="toolfid-calibration/0"), "not a toolfid calibration"),
+    (lambda p: p["fits"]["1"].update(json_valid_rate=None), "json_valid_rate: no fit .*every paired null run"),
+    (lambda p: p["fits"]["1"].update(hallucination_rate=None), "no fit .*although 3 null run.s. define it"),
+    (lambda p: p["fits"]["1"]["hallucination_rate"].update(undefined=["n0"]), "1 named undefined; 3 of the 3"),
 ])
 def test_damaged_calibration_is_one_line(tmp_path, damage, message):
     payload = _good_calibration_payload()

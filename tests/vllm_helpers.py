@@ -96,21 +96,28 @@ class VllmServer:
 
 N = 4
 """The prose LoRA's recipe is trained on the first ``N // 2`` default cases."""
-SERVED_N = 2
-"""Default cases the vLLM tests run: the two the prose LoRA was trained on, where it answers prose and the base
-does not: every case then shows whether a view ran under its own adapter (vLLM's CPU LoRA path is slow: each case
-costs three views on the server and three in process)."""
+SERVED_CASES = ("weather-0011", "issues-0012")
+"""Default cases the vLLM tests run (tests/test_vllm.py). On both, SmolLM2's base makes a valid call in about 30
+tokens and the prose LoRA answers prose (about 25 tokens), so every case shows whether its view ran under its own
+adapter; the null adapters of tests/test_vllm.py's null calibration (seed 5) answer differently from the base and
+from each other, and end within about 35 tokens. Short answers matter: vLLM's CPU LoRA path costs about 0.2 s a
+decode step, and on CPU every row, the base's included, runs through it (on the first two default cases, the
+module's before, the base, the B = 0 view and the nulls ran to the 96-token budget on ``shipping-0008``: the module
+cost 309 s of CPU there, 222 s on these two, measured one after the other on the shared machine)."""
+SERVED_N = len(SERVED_CASES)
 MAX_NEW = 96
 PROSE = "I would rather tell you about bread: flour, water, salt and a patient night in a cool kitchen."
 
 
-def small_cases(out: Path, n: int = SERVED_N) -> Path:
-    """The first ``n`` default cases with at most ``MAX_NEW`` new tokens, as a cases file."""
+def small_cases(out: Path, ids: tuple[str, ...] = SERVED_CASES) -> Path:
+    """The default cases of ``ids``, in that order, with at most ``MAX_NEW`` new tokens, as a cases file."""
     import json
 
     from lm_eval_toolfid.cases.bundled import default_cases_path
 
-    rows = [json.loads(x) for x in default_cases_path().read_text(encoding="utf-8").splitlines() if x.strip()][:n]
+    rows = [json.loads(x) for x in default_cases_path().read_text(encoding="utf-8").splitlines() if x.strip()]
+    by_id = {row["id"]: row for row in rows}
+    rows = [by_id[i] for i in ids]
     out.write_text("".join(json.dumps({**row, "max_new_tokens": MAX_NEW}) + "\n" for row in rows))
     return out
 

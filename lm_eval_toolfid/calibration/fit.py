@@ -10,6 +10,12 @@ in two ways (docs/calibration.md):
   finite; a degenerate null (all runs identical) is flagged, since z then rests on the floor alone.
 - the empirical rank p-value p = (1 + #{null runs with json_valid_rate ≥ x}) / (K + 1): the chance
   that a random adapter of this size does at least as well; its smallest value is 1/(K + 1).
+
+A metric that is a rate over a subset of cases (hallucination_rate: over a view's valid calls) is undefined for a null
+run that has no case in that subset; it is fitted over the runs where it is defined (``MetricFit.n`` of them, the
+others named in ``MetricFit.undefined``), and where no run at a multiplier defines it that fit is ``None`` (JSON
+``null``): no mean, no spread. json_valid_rate and validity_delta (what z, the rank p and the informative-null test
+read) are defined for every paired run.
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ CALIBRATION_FORMAT = "toolfid-calibration/1"
 DEFAULT_ALPHA = 0.05
 REFERENCE_MULTIPLIER = 1.0
 METRICS = ("json_valid_rate", "parse_rate", "hallucination_rate", "validity_delta")
+ALWAYS_DEFINED = ("json_valid_rate", "validity_delta")
+"""Rates over every case of a paired run: a null run without them is refused (z, rank p and the informative-null
+test read them). The other metrics may be undefined in some runs, or all (see the module docstring)."""
 
 
 class NullRun(BaseModel):
@@ -57,12 +66,22 @@ class MetricFit(BaseModel):
     std_used: float
     floor_used: bool
     n: int
+    """The null runs this metric is defined in (and fitted over)."""
     values: list[float]
+    undefined: list[str] = []
+    """The null runs at this multiplier where the metric is undefined (e.g. hallucination_rate of a run that made no
+    valid call): left out of the fit. Empty in files written before fits could leave runs out."""
+
+
+def defined(metric: str, run: NullRun) -> bool:
+    """Whether a null run has a finite value of the metric (a rate over an empty subset has none)."""
+    value = run.metrics.get(metric)
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def _floor(metric: str, runs: list[NullRun]) -> float:
-    """Binomial standard error of one run's value at the pooled (Jeffreys) rate."""
-    if metric == "hallucination_rate":
+    """Binomial standard error of one run's value at the pooled (Jeffreys) rate (``runs``: those defining it)."""
+    if metric == "hallucination_rate":  # a rate over each run's valid cases
         trials = [max(1, round(r.metrics["json_valid_rate"] * r.n_cases)) for r in runs]
         hits = sum(r.metrics[metric] * t for r, t in zip(runs, trials))
     else:  # rates over cases; validity_delta varies exactly as json_valid_rate does (fixed base)
@@ -73,13 +92,17 @@ def _floor(metric: str, runs: list[NullRun]) -> float:
     return binomial_se(jeffreys_rate(hits, total), total / len(runs))
 
 
-def fit_metric(metric: str, runs: list[NullRun]) -> MetricFit:
-    values = [float(r.metrics[metric]) for r in runs]
+def fit_metric(metric: str, runs: list[NullRun]) -> MetricFit | None:
+    """The metric fitted over the runs that define it; None where none does (no value to fit)."""
+    have = [r for r in runs if defined(metric, r)]
+    if not have:
+        return None
+    values = [float(r.metrics[metric]) for r in have]
     mu = sum(values) / len(values)
     std = sample_std(values)
-    floor = _floor(metric, runs)
+    floor = _floor(metric, have)
     return MetricFit(mean=mu, std=std, floor=floor, std_used=max(std, floor), floor_used=floor > std,
-                     n=len(values), values=values)
+                     n=len(values), values=values, undefined=[r.name for r in runs if not defined(metric, r)])
 
 
 class Calibration(BaseModel):
@@ -90,11 +113,19 @@ class Calibration(BaseModel):
     format: str = CALIBRATION_FORMAT
     provenance: dict[str, Any]
     runs: list[NullRun]
-    fits: dict[str, dict[str, MetricFit]] = Field(description="multiplier → metric → fit")
+    fits: dict[str, dict[str, MetricFit | None]] = Field(
+        description="multiplier → metric → fit (None: the metric is defined in no null run at that multiplier)")
 
     @property
-    def reference_fit(self) -> dict[str, MetricFit]:
+    def reference_fit(self) -> dict[str, MetricFit | None]:
         return self.fits[self._fit_key(None)]
+
+    def metric_fit(self, metric: str, multiplier: float | None = None) -> MetricFit:
+        """A metric every paired null run defines (:data:`ALWAYS_DEFINED`): its fit, never None in a valid file."""
+        found = self.fits[self._fit_key(multiplier)][metric]
+        if found is None:  # load_calibration refuses such a file; a Calibration built by hand may still hold one
+            raise ToolfidError(f"calibration has no {metric} fit at ×{self._fit_key(multiplier)}; re-run calibrate")
+        return found
 
     def _runs_at(self, key: str) -> list[NullRun]:
         return [r for r in self.runs if _mult_key(r.multiplier) == key]
@@ -108,7 +139,7 @@ class Calibration(BaseModel):
     def z_std(self, json_valid_rate: float, multiplier: float | None = None, n: int | None = None) -> float:
         """The spread z divides by: the adapter as one more draw from the null (see module docstring)."""
         key = self._fit_key(multiplier)
-        fit = self.fits[key]["json_valid_rate"]
+        fit = self.metric_fit("json_valid_rate", multiplier)
         runs = self._runs_at(key)
         trials = sum(r.n_cases for r in runs)
         hits = sum(r.metrics["json_valid_rate"] * r.n_cases for r in runs)
@@ -118,7 +149,7 @@ class Calibration(BaseModel):
         return one_run * math.sqrt(1.0 + 1.0 / fit.n)
 
     def z(self, json_valid_rate: float, multiplier: float | None = None, n: int | None = None) -> float:
-        fit = self.fits[self._fit_key(multiplier)]["json_valid_rate"]
+        fit = self.metric_fit("json_valid_rate", multiplier)
         return (json_valid_rate - fit.mean) / self.z_std(json_valid_rate, multiplier, n)
 
     def z_profile(self, json_valid_rate: float, n: int | None = None) -> dict[str, float]:
@@ -126,13 +157,13 @@ class Calibration(BaseModel):
 
     def rank_p(self, json_valid_rate: float, multiplier: float | None = None) -> tuple[float, int]:
         """(p, K): p = (1 + #{null runs with json_valid_rate ≥ x}) / (K + 1) — ties count against the adapter."""
-        values = self.fits[self._fit_key(multiplier)]["json_valid_rate"].values
+        values = self.metric_fit("json_valid_rate", multiplier).values
         at_least = sum(1 for v in values if v >= json_valid_rate - 1e-12)
         return (1 + at_least) / (len(values) + 1), len(values)
 
     def degenerate(self, multiplier: float | None = None) -> bool:
         """Fewer than two null runs, or all of them scored the same: the null shows no spread of its own."""
-        values = self.fits[self._fit_key(multiplier)]["json_valid_rate"].values
+        values = self.metric_fit("json_valid_rate", multiplier).values
         return len(values) < 2 or max(values) == min(values)
 
     def compare(self, summary: Summary, config: VerdictConfig = VerdictConfig(),
@@ -140,8 +171,8 @@ class Calibration(BaseModel):
         if not 0.0 < alpha < 1.0:
             raise ToolfidError(f"alpha must be between 0 and 1 (got {alpha})")
         key = self._fit_key(None)
-        fit = self.fits[key]
-        null_delta = fit["validity_delta"].mean
+        valid = self.metric_fit("json_valid_rate")
+        null_delta = self.metric_fit("validity_delta").mean
         x, n = summary.json_valid_rate, summary.n_relevant or None
         p, k = self.rank_p(x)
         degenerate = self.degenerate()
@@ -149,12 +180,12 @@ class Calibration(BaseModel):
         if 1.0 / (k + 1) > alpha:
             notes.append(f"K={k} null runs cannot show p ≤ {alpha:g}; use ≥ {min_runs(alpha)}")
         if degenerate:
-            values = fit["json_valid_rate"].values
+            values = valid.values
             notes.append(f"null degenerate: {'the only' if k < 2 else f'all {k}'} ×{key} null run"
                          f"{'' if k < 2 else 's'} scored {values[0]:.3f}; z rests on the binomial floor")
         return NullComparison(
             z=self.z(x, n=n),
-            null_mean=fit["json_valid_rate"].mean,
+            null_mean=valid.mean,
             null_std=self.z_std(x, n=n),
             informative=null_delta < config.validity_delta_floor,
             null_validity_delta=null_delta,
@@ -208,17 +239,18 @@ def _mult_key(multiplier: float | None) -> str:
 
 
 def fit(runs: list[NullRun], provenance: dict[str, Any]) -> Calibration:
-    """Fit every metric at every multiplier."""
+    """Fit every metric at every multiplier, each over the runs that define it (a null run that made no valid call
+    has no hallucination_rate: that fit leaves it out, the others keep it)."""
     if not runs:
         raise ToolfidError("no null runs to fit")
-    missing = sorted(((m != "validity_delta", r.name, m) for r in runs for m in METRICS if m not in r.metrics))
+    missing = sorted(((m != "validity_delta", r.name, m) for r in runs for m in ALWAYS_DEFINED if not defined(m, r)))
     if missing:  # unpaired first: it is the cause of every other missing metric
         _, name, metric = missing[0]
         if metric == "validity_delta":
             raise ToolfidError(f"null run {name} lacks paired metrics (validity_delta): "
                                "run the base model first so adapter runs pair with it")
-        raise ToolfidError(f"null run {name} has no {metric} on these cases (undefined: no call of the kind it "
-                           "counts was made): calibrate on cases where the base makes calls")
+        raise ToolfidError(f"null run {name} has no {metric} (its results carry no per-case validity): "
+                           "re-run it with this toolfid")
     runs = sorted(runs, key=lambda r: (r.multiplier, r.seed, r.name))  # values in one order, however the runs came
     by_mult: dict[str, list[NullRun]] = {}
     for run in runs:
@@ -266,6 +298,13 @@ def _defect(cal: Calibration) -> str | None:
         runs = [r for r in cal.runs if _mult_key(r.multiplier) == key]
         for metric, f in fits.items():
             where = f"×{key} {metric}"
+            have = sum(1 for r in runs if defined(metric, r))
+            if f is None:
+                if metric in ALWAYS_DEFINED:
+                    return f"{where}: no fit (null); every paired null run defines it"
+                if have:
+                    return f"{where}: no fit (null) although {have} null run(s) define it"
+                continue
             if f.n < 1 or len(f.values) != f.n:
                 return f"{where}: K={f.n} with {len(f.values)} values"
             numbers = [f.mean, f.std, f.floor, f.std_used, *f.values]
@@ -273,8 +312,13 @@ def _defect(cal: Calibration) -> str | None:
                 return f"{where}: NaN or infinite mean/std/values"
             if f.std_used <= 0:
                 return f"{where}: non-positive std"
-        if len(runs) != fits["json_valid_rate"].n:
+        if len(runs) != fits["json_valid_rate"].n:  # not None: refused above
             return f"×{key}: {len(runs)} null runs listed for K={fits['json_valid_rate'].n}"
+        for metric, f in fits.items():  # a partial fit: its runs are those defining it, the rest named
+            have = sum(1 for r in runs if defined(metric, r))
+            if f is not None and (f.n != have or f.n + len(f.undefined) != len(runs)):
+                return (f"×{key} {metric}: fitted over {f.n} null runs, {len(f.undefined)} named undefined; "
+                        f"{have} of the {len(runs)} listed define it")
     for r in cal.runs:
         if r.n_cases < 1:
             return f"null run {r.name} has n_cases={r.n_cases}"

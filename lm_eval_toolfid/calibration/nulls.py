@@ -17,6 +17,7 @@ from typing import Any
 from lm_eval_toolfid.calibration.adapters import adapter_shape, module_pairs, module_update_norms, update_norm
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.fsutil import atomic_write_bytes, atomic_write_text
+from lm_eval_toolfid.reporting.view_store import ViewResult, lm_eval_sample_line
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -42,6 +43,11 @@ class CalibrationSpec:
     @property
     def null_folder(self) -> Path:
         return self.null_dir or self.out.parent / "null_adapters"
+
+    @property
+    def samples_folder(self) -> Path:
+        """Where each null's per-case answers go (``null_XX.jsonl``, lm-eval sample lines): beside ``out``."""
+        return self.out.parent / "null_samples"
 
     def progress_labels(self) -> list[str]:
         """The null views this calibration adds to a run's progress, in order (named as the null adapters)."""
@@ -232,6 +238,15 @@ def make_nulls(spec: CalibrationSpec, like: str, base: str) -> list[Path]:
     """The spec's null adapters, shaped like ``like``, written to its null folder."""
     return make_null_adapters(like, spec.runs, spec.null_folder, seed=spec.seed, multipliers=spec.multipliers,
                               base=base)
+
+
+def keep_null_view(spec: CalibrationSpec, view: ViewResult) -> Path:
+    """A null's per-case answers (lm-eval sample lines, as every view's ``samples.jsonl``) kept as
+    ``spec.samples_folder/NULL.jsonl``: what the random adapter answered, case by case. Not in the adapter's folder
+    (its content is its identity) and not as a results file (a run folder's ``results*.json`` are its views)."""
+    path = spec.samples_folder / f"{view.label}.jsonl"
+    atomic_write_text(path, "".join(lm_eval_sample_line(sample) for sample in view.samples))
+    return path
 
 
 _MARKER_FIELDS = {"seed": int, "run_seed": int, "multiplier": (int, float), "like_shape": str,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -42,7 +43,8 @@ def null_run_from_results(results: dict[str, Any], task: str | None = None) -> t
         raise ToolfidError(f"results for adapter {adapter!r} are not from a toolfid null adapter ({NULL_MARKER} missing)")
     run = NullRun(name=Path(adapter).name, seed=int(marker["run_seed"]), multiplier=float(marker["multiplier"]),
                   n_cases=n_cases(results, row),
-                  metrics={k: float(v) for k, v in row.metrics.items() if isinstance(v, (int, float))})
+                  metrics={k: float(v) for k, v in row.metrics.items()  # an undefined metric is left out
+                           if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)})
     return run, row, marker
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from lm_eval_toolfid.cli.common import (
     DEFAULT_TASK,
@@ -79,17 +80,25 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                                null_dir=Path(args.null_dir) if args.null_dir else None)
         calibration = calibrate_in_process(args.base, args.adapter, spec, args.task, metadata_from_args(args),
                                            batch_size=args.batch_size if args.batch_size is not None else "auto")
-    for mult, fits in calibration.fits.items():
-        f = fits["json_valid_rate"]
+    for mult in calibration.fits:
+        f = calibration.metric_fit("json_valid_rate", float(mult))
         floor = " (std floored)" if f.floor_used else ""
         print(f"x{mult}: json_valid_rate null mean {f.mean:.3f} std {f.std_used:.4f}{floor}  "
-              f"validity_delta mean {fits['validity_delta'].mean:+.3f}  n={f.n}")
-    k = calibration.reference_fit["json_valid_rate"].n
+              f"validity_delta mean {calibration.metric_fit('validity_delta', float(mult)).mean:+.3f}  n={f.n}"
+              f"{_partial_note(calibration.fits[mult], f.n)}")
+    k = calibration.metric_fit("json_valid_rate").n
     if 1.0 / (k + 1) > DEFAULT_ALPHA:
         print(f"note: K={k} null runs per multiplier cannot show a rank p ≤ {DEFAULT_ALPHA:g}; "
               f"use --runs ≥ {min_runs(DEFAULT_ALPHA)} for the rank p-value")
     print(f"wrote {out}")
     return 0
+
+
+def _partial_note(fits: dict[str, Any], k: int) -> str:
+    """The metrics fitted over fewer than the K runs (undefined in the others: e.g. no valid call), or in none."""
+    notes = [f"{m} {'no fit (defined in no null run)' if f is None else f'over {f.n} of {k}'}"
+             for m, f in fits.items() if f is None or f.n < k]
+    return f"  ({'; '.join(notes)})" if notes else ""
 
 
 def cmd_score(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from lm_eval_toolfid.calibration.adapters import check_adapter
 from lm_eval_toolfid.core.errors import ToolfidError, offline
 from lm_eval_toolfid.core.flags import parse_flag
 from lm_eval_toolfid.reporting.view_store import ViewResult
-from lm_eval_toolfid.calibration.nulls import CalibrationSpec, make_nulls
+from lm_eval_toolfid.calibration.nulls import CalibrationSpec, keep_null_view, make_nulls
 from lm_eval_toolfid.calibration.posthoc import write_fit
 from lm_eval_toolfid.run.plan import ModelOptions, RunPlan, View
 from lm_eval_toolfid.run.views import evaluate_view
@@ -200,8 +200,8 @@ class ModelSession:
     def fit_nulls(self, spec: CalibrationSpec, nulls: list[Path], task: str,
                   metadata: Mapping[str, Any]) -> Calibration:
         """Each null's weights swapped into the ``default`` adapter in turn (the real weights restored after), the
-        task run, the fit written to ``spec.out``; the base reference they pair with must exist (the base view
-        ran)."""
+        task run (its answers kept in ``spec.samples_folder``), the fit written to ``spec.out``; the base reference
+        they pair with must exist (the base view ran)."""
         from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
         from safetensors.torch import load_file
 
@@ -214,6 +214,7 @@ class ModelSession:
                 state = load_file(str(path / "adapter_model.safetensors"))
                 set_peft_model_state_dict(self.peft_model, state, adapter_name="default")
                 view = self.evaluate_current(View(path.name, str(path), dict(metadata)), task)
+                keep_null_view(spec, view)
                 if self.progress is not None:
                     self.progress.view_finished(view.label, len(view.samples))
                 results.append(view.results)

@@ -22,7 +22,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.reporting.view_store import ViewResult
-from lm_eval_toolfid.calibration.nulls import CalibrationSpec, make_nulls
+from lm_eval_toolfid.calibration.nulls import CalibrationSpec, keep_null_view, make_nulls
 from lm_eval_toolfid.calibration.posthoc import write_fit
 from lm_eval_toolfid.run.plan import RunPlan, View, VllmOptions
 from lm_eval_toolfid.run.views import evaluate_view
@@ -175,6 +175,7 @@ class VllmSession:
         views = [View(path.name, str(path), dict(metadata)) for path in nulls]
         results = []
         for result in self.evaluate(views, plan):
+            keep_null_view(spec, result)  # each null's answers, as the HF session keeps them
             if self.progress is not None:
                 self.progress.view_finished(result.label, len(result.samples))
             results.append(result.results)
