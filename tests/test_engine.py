@@ -55,21 +55,24 @@ def _once(fx: dict[str, Any], key: tuple, compute: Any) -> Any:
     return fx["runs"][key]
 
 
-def _plain_run(fx: dict[str, Any], view: str | None, call_end: bool = True) -> tuple[list[Any], Any]:
+def _plain_run(fx: dict[str, Any], view: str | None, call_end: bool = True,
+               rows: slice | list[int] = slice(None)) -> tuple[list[Any], Any]:
     """The engine's plain decoding of every row under ``view`` (``max_batch`` 8, shared prefixes, gaps recorded), and
     the run's stats: the reference of the verification tests, what test_plain_engine_gives_generates_tokens compares
     with ``generate`` and the shared side of test_shared_prefixes_give_the_tokens_of_whole_prompts. (Every fixture
     row starts on a shared prefix, so its tokens are picked with their top-two gaps whether or not they are kept:
-    ``record_gaps`` only keeps them.)"""
+    ``record_gaps`` only keeps them.) ``rows``: a subset of the rows, run alone (the runs without the call-end rule,
+    which no other test reads)."""
     def run() -> tuple[list[Any], Any]:
         with _view(fx, view):
             engine = _engine(fx, max_batch=8, record_gaps=True)
-            return engine.run(_rows(fx, call_end=call_end)), engine.stats
-    return _once(fx, ("plain", view, call_end), run)
+            return engine.run(_pick(_rows(fx, call_end=call_end), rows)), engine.stats
+    return _once(fx, ("plain", view, call_end, repr(rows)), run)
 
 
-def _plain(fx: dict[str, Any], view: str | None, call_end: bool = True) -> list[Any]:
-    return _plain_run(fx, view, call_end)[0]
+def _plain(fx: dict[str, Any], view: str | None, call_end: bool = True,
+           rows: slice | list[int] = slice(None)) -> list[Any]:
+    return _plain_run(fx, view, call_end, rows)[0]
 
 
 def _verified_on_base(fx: dict[str, Any], view: str | None, base_tokens: list[list[int]]) -> list[Any]:
@@ -109,7 +112,8 @@ def _view(fx: dict[str, Any], name: str | None) -> Any:
     return contextlib.nullcontext()
 
 
-def _generate(fx: dict[str, Any], call_end: bool, batch: int = 8) -> list[list[int]]:
+def _generate(fx: dict[str, Any], call_end: bool, batch: int = 8,
+              rows: slice | list[int] = slice(None)) -> list[list[int]]:
     """Today's path: transformers' generate, left-padded batches, the per-row call-end criterion."""
     import torch
     from transformers import StoppingCriteriaList
@@ -118,9 +122,10 @@ def _generate(fx: dict[str, Any], call_end: bool, batch: int = 8) -> list[list[i
 
     tok, model = fx["tok"], fx["model"]
     tok.padding_side = "left"
+    prompts = _pick(fx["prompts"], rows)
     out = []
-    for b in range(0, len(fx["prompts"]), batch):
-        enc = tok(fx["prompts"][b:b + batch], return_tensors="pt", padding=True)
+    for b in range(0, len(prompts), batch):
+        enc = tok(prompts[b:b + batch], return_tensors="pt", padding=True)
         criteria = StoppingCriteriaList(
             [make_stopping_criteria(tok, enc.input_ids.shape[1], enc.input_ids.shape[0], UNTIL)] if call_end else [])
         with torch.no_grad():
@@ -137,10 +142,18 @@ def test_plain_engine_gives_generates_tokens(fixture_model: dict, view: str | No
     Four of the eight (view, stop rule) pairs: the base both ways, an adapter whose calls end early (another tool:
     the call-end rule, LoRA layers in the forward) and one answering prose (no call ends it: EOS, ``until`` or the
     budget). The faithful adapter answers as the base does and runs the same code; its verification is
-    checked below (test_verified_equals_plain_for_every_adapter_and_schedule, test_acceptance_...)."""
-    ours = _plain(fixture_model, view, call_end)  # the reference of the verification tests below
+    checked below (test_verified_equals_plain_for_every_adapter_and_schedule, test_acceptance_...).
+
+    With the call-end rule the runs are those the verification tests read: all 72 rows. Without it (the base, and
+    broken's prose) on the 36 odd rows (ODD_ROWS, below: both demo counts, requests and conversations), still 4.5
+    times ``max_batch``, so rows leave and others take their slots throughout: no other test reads these runs, and
+    the even rows end the same ways (the base: every row by ``until``, 2 tokens past its call; broken: by ``until``,
+    or by EOS on 8 rows, 4 of them odd: 61, 65, 67, 69 — asserted below)."""
+    rows = slice(None) if call_end else ODD_ROWS
+    ours = _plain(fixture_model, view, call_end, rows)  # with call_end: the reference of the verification tests below
     with _view(fixture_model, view):
-        theirs = _generate(fixture_model, call_end)
+        theirs = _generate(fixture_model, call_end, rows=rows)
+    assert len(ours) == len(theirs) == (72 if call_end else 36)
     eos = set(_rows(fixture_model)[0].stopper.eos_ids)
     for i, (r, g) in enumerate(zip(ours, theirs)):
         assert r.tokens == g[:len(r.tokens)], f"case {i}: engine {r.tokens[:20]} vs generate {g[:20]}"
@@ -152,6 +165,8 @@ def test_plain_engine_gives_generates_tokens(fixture_model: dict, view: str | No
     assert all(r.tokens[-1] in eos for r in ours if r.finish == "eos")
     if call_end and view != "broken":  # most calls end well before the budget
         assert sum(r.finish == "stop" for r in ours) > len(ours) // 2
+    if view == "broken":  # the subset keeps rows that only EOS ends (a path the call-end runs do not take)
+        assert sum(r.finish == "eos" for r in ours) >= 4
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +195,14 @@ SCHEDULES = [  # (engine config, the drafts it is tried with, the rows)
     ({"max_batch": 64, "first_chunk": 1, "verify_logits": 1, "refill": 1}, ("base", "random"), slice(None)),
     ({"max_batch": 1, "prefill_tokens": 1}, ("base",), ONE_AT_A_TIME),  # one row at a time
 ]
+
+
+def _odd_rows(fx: dict[str, Any], drafts: list[list[int]]) -> list[Any]:
+    """The ODD_ROWS rows (fresh stoppers), each with its draft: ``drafts`` lists the odd rows' drafts in order."""
+    rows = _pick(_rows(fx), ODD_ROWS)
+    for row, draft in zip(rows, drafts, strict=True):
+        row.draft = draft
+    return rows
 
 
 def _pick(items: list, which: slice | list[int]) -> list:
@@ -336,17 +359,22 @@ def test_drafts_rejected_early_stop_drafting_and_rows_decode_as_plain(fixture_mo
     """Drafts whose first token is right and the rest wrong (a first verification pass gains one token of the 16
     it sends): after its probe rows the engine stops drafting and the other rows decode from their prompt pass —
     token for token plain decoding's (float32), in fewer passes than verifying every draft. The adapter's own
-    answers as drafts (every token accepted) stay verified end to end."""
+    answers as drafts (every token accepted) stay verified end to end.
+
+    On the 36 odd rows (ODD_ROWS): past the 8 probe rows 28 rows are left to stop drafting for (more than half of
+    them, asserted below), more than ``max_batch`` 16 so slots are refilled; the reference is the view's plain run
+    over all 72 rows (read by the verification tests too), taken at the same rows."""
     rng = random.Random(0)
-    plain = [r.tokens for r in _plain(fixture_model, "faithful")]  # shared with the verification tests
+    plain = _pick([r.tokens for r in _plain(fixture_model, "faithful")], ODD_ROWS)  # shared with verification tests
     with _view(fixture_model, "faithful"):
         early = [p[:1] + [rng.randrange(1, 1700) for _ in range(len(p) - 1)] for p in plain]
         engine = _engine(fixture_model, max_batch=16)
-        out = engine.run(_rows(fixture_model, early))
+        out = engine.run(_odd_rows(fixture_model, early))
         always = _engine(fixture_model, max_batch=16, draft_probe_rows=0)  # drafting never stops: before issue 37
-        out_always = always.run(_rows(fixture_model, early))
+        out_always = always.run(_odd_rows(fixture_model, early))
         own = _engine(fixture_model, max_batch=16)
-        out_own = own.run(_rows(fixture_model, plain))
+        out_own = own.run(_odd_rows(fixture_model, plain))
+    assert len(out) == len(out_own) == 36
     differ = [i for i, (r, p) in enumerate(zip(out, plain)) if r.tokens != p]
     assert not differ, f"cases {differ[:5]} differ from plain decoding"
     assert [r.tokens for r in out_always] == plain
