@@ -189,8 +189,10 @@ CONFIGS = [POINT, NONINF, VerdictConfig(gate_mode="noninferiority", hallucinatio
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.describe())
 def test_exact_sum_equals_brute_force_through_judge(scenario):
-    """Every table (and hallucinated count) weighted by its probability, each judged by the real path."""
-    n = 12 if not scenario.hallucinates else 7
+    """Every table (and hallucinated count) weighted by its probability, each judged by the real path. With
+    hallucination rates at n = 6 (1,344 rows to judge; 7 had 2,430, twice the time): an adapter's hallucination
+    rate still meets the absolute cap (0.2) exactly (1 of 5 valid calls) and on either side of it."""
+    n = 12 if not scenario.hallucinates else 6
     cells = scenario.cells()
     totals = {c: np.zeros(3) for c in range(len(CONFIGS))}
     for t in tables(n):
