@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# Bytecode is cached whatever PYTHONDONTWRITEBYTECODE says (in __pycache__ folders, which git ignores): pytest
+# rewrites the asserts of every test module, and Python compiles every module of the package, at each start of a
+# process that finds no cache (about 4 s of CPU a test process: each xdist worker, every run); with the variable set
+# nothing is ever cached. Set here, before the test modules are collected; console scripts the tests start read the
+# cache too (reading is never turned off).
+sys.dont_write_bytecode = False
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -30,17 +30,28 @@ def _stop_check(out: Path, view: str) -> dict:
     return results["configs"][TASK]["metadata"]["toolfid"]["stop_check"]
 
 
+@pytest.mark.parametrize("half", ["odd", pytest.param("even", marks=pytest.mark.slow)])
 def test_check_stops_finds_nothing_on_the_fixture(toolfid_home: Path, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture) -> None:
-    code = main(_run(tmp_path, "--check-stops", "72"))
+                                                   capsys: pytest.CaptureFixture, half: str) -> None:
+    """Every fixture case, in two halves: the fixture's case file line by line alternately (36 cases each: 24
+    requests and 12 conversations), one half in the quick tier, the other with the slow tests, so the full suite
+    still checks all 72."""
+    from lm_eval_toolfid.cases.bundled import fixture_cases_path
+
+    lines = [line for line in fixture_cases_path().read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(lines) == 72
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("\n".join(lines[1::2] if half == "odd" else lines[0::2]) + "\n", encoding="utf-8")
+    code = main(_run(tmp_path, "--cases", str(cases), "--check-stops", "36"))
     err = capsys.readouterr().err
     assert code == 0, err[-2000:]
     for view in ("base", "faithful"):
         check = _stop_check(tmp_path / "out", view)
-        assert check["asked"] == 72 and check["rows"] == 72 and check["differ"] == 0, check
-        assert f"check-stops: {view}: 72 cases decoded on past the early stop; every scored answer is the same" in err
+        assert check["asked"] == 36 and check["rows"] == 36 and check["differ"] == 0, check
+        assert f"check-stops: {view}: 36 cases decoded on past the early stop; every scored answer is the same" in err
+    assert sum(json.loads(line)["id"].startswith("fx-m") for line in cases.read_text().splitlines()) == 12
     # a checked view is the same view: --resume reuses it without --check-stops, and the other way round
-    assert main(_run(tmp_path, "--resume")) == 0
+    assert main(_run(tmp_path, "--cases", str(cases), "--resume")) == 0
 
 
 def test_a_wrong_stop_rule_is_caught_and_exits_3(toolfid_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -64,26 +64,39 @@ def test_fast_decision_equals_judge_on_every_table_up_to_20_cases_and_at_30(size
     assert all(checked[code] > 1000 for code in (pw.PASS, pw.FAIL, pw.UNDECIDED)), checked  # every outcome exercised
 
 
-def test_fast_decision_equals_judge_with_hallucinated_calls():
+@pytest.mark.parametrize("sizes", [pytest.param(range(1, 7), id="1-6"),
+                                   pytest.param(range(7, 9), id="7-8", marks=pytest.mark.slow)])
+def test_fast_decision_equals_judge_with_hallucinated_calls(sizes):
+    """Every table and hallucinated count of every size: sizes up to 6 in the quick tier (2,519 rows a setting,
+    0.9 s of CPU; every setting meets PASS, FAIL and UNDECIDED there), 7 and 8 (6,555 rows, 2.5 s) with the slow
+    tests."""
     configs = [POINT, VerdictConfig(gate_mode="noninferiority", hallucination_cap=0.0),
                VerdictConfig(hallucination_cap=0.25), VerdictConfig(hallucination_gate="absolute", hallucination_cap=0.2)]
     total = 0
-    for n in range(1, 9):
+    checked = [Counter() for _ in configs]
+    for n in sizes:
         rows = [(*t, ka, kb) for t in tables(n) for ka in range(t[0] + t[2] + 1) for kb in range(t[0] + t[1] + 1)]
         summaries = [summarize(pw.pairs_for_table(*r)) for r in rows]
         arr = np.array(rows).T
-        for config in configs:
+        for config, seen in zip(configs, checked):
             fast = pw.decide(*arr[:4], config, arr[4], arr[5])
             plain = np.array([CODE[judge(s, config).label] for s in summaries])
             assert np.array_equal(fast, plain), (n, config)
+            seen.update(plain.tolist())
             total += len(rows)
-    assert total > 25_000
+    # every table with every pair of hallucinated counts (n = 1-8: 9,074 rows, 36,296 decisions in all)
+    assert total == len(configs) * sum((a + c + 1) * (a + b + 1) for n in sizes for a, b, c, _ in tables(n))
+    assert all(seen[code] > 0 for seen in checked for code in (pw.PASS, pw.FAIL, pw.UNDECIDED)), checked
 
 
-def test_tango_upper_limit_equals_the_real_function():
+@pytest.mark.parametrize("sizes", [pytest.param(range(1, 21), id="1-20"),
+                                   pytest.param(range(21, 41), id="21-40", marks=pytest.mark.slow)])
+def test_tango_upper_limit_equals_the_real_function(sizes):
+    """Every (lost, gained) at every size: up to 20 cases in the quick tier (1,770 triples), 21-40 (9,710, five
+    times the time) with the slow tests."""
     from lm_eval_toolfid.core.stats import tango_limits
 
-    rows = [(lost, gained, n) for n in range(1, 41) for lost in range(n + 1) for gained in range(n + 1 - lost)]
+    rows = [(lost, gained, n) for n in sizes for lost in range(n + 1) for gained in range(n + 1 - lost)]
     lost, gained, n = np.array(rows).T
     fast = _tango_high(lost, gained, n)
     plain = np.array([tango_limits(int(g), int(l), int(m))[1] for l, g, m in rows])
@@ -176,8 +189,10 @@ CONFIGS = [POINT, NONINF, VerdictConfig(gate_mode="noninferiority", hallucinatio
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.describe())
 def test_exact_sum_equals_brute_force_through_judge(scenario):
-    """Every table (and hallucinated count) weighted by its probability, each judged by the real path."""
-    n = 12 if not scenario.hallucinates else 7
+    """Every table (and hallucinated count) weighted by its probability, each judged by the real path. With
+    hallucination rates at n = 6 (1,344 rows to judge; 7 had 2,430, twice the time): an adapter's hallucination
+    rate still meets the absolute cap (0.2) exactly (1 of 5 valid calls) and on either side of it."""
+    n = 12 if not scenario.hallucinates else 6
     cells = scenario.cells()
     totals = {c: np.zeros(3) for c in range(len(CONFIGS))}
     for t in tables(n):
@@ -242,9 +257,11 @@ def test_an_unmeasured_hallucination_gate_is_undecided_on_every_path(scenario):
                                       pw.Scenario(0.23, 0.04, 0.02), pw.Scenario(0.5, 0.0, 0.0),
                                       pw.Scenario(0.95, 0.3, 0.05), pw.Scenario(0.4, 0.0, 0.6)],
                          ids=lambda s: s.describe())
-@pytest.mark.parametrize("n", [1, 7, 50, 268, 1000])
+@pytest.mark.parametrize("n", [1, 7, 50, 268, pytest.param(1000, marks=pytest.mark.slow)])
 def test_discordant_cells_path_equals_tables_path(scenario, n):
-    """The fast exact path (discordant cells only) against the general one (every table)."""
+    """The fast exact path (discordant cells only) against the general one (every table). n = 1000 (the general
+    path's largest sums: 2.5 s of the 3.9 s of these 30 cases) runs with the slow tests; 268 keeps the cut tails
+    (``missing``) in the quick tier."""
     fast = pw.verdict_rates(scenario, n, POINT, method="discordant")
     full = pw.verdict_rates(scenario, n, POINT, method="tables")
     tol = fast.missing + full.missing + 1e-12
@@ -489,8 +506,13 @@ OVERFIT = (pw.Scenario(0.963, 0.0075, 0.015), pw.MultiTurn(0.25, pw.Scenario(0.8
 """The zoo's overfit-s0 adapter on Qwen: it gains single requests and loses 9 points of conversations."""
 
 
-@pytest.mark.parametrize("p,drop,discordance", [(0.9, 0.10, 0.04), (0.8, 0.08, 0.06), (0.95, 0.07, 0.02)])
+@pytest.mark.parametrize("p,drop,discordance", [
+    (0.9, 0.10, 0.04),
+    pytest.param(0.8, 0.08, 0.06, marks=pytest.mark.slow), pytest.param(0.95, 0.07, 0.02, marks=pytest.mark.slow)])
 def test_solve_n_strata_without_conversations_is_the_exact_solve_n(p, drop, discordance):
+    """The Monte Carlo search of two strata against the exact one-stratum search. The quick tier keeps the first
+    scenario (the default discordance; 1.4 s of CPU); the other two search up to larger n (3-3.5 s each) and run
+    with the slow tests."""
     # no conversations (share 0, or conversations like the rest): the Monte Carlo search lands where the exact one does
     sc = pw.Scenario.with_drop(p, drop, discordance)
     exact = pw.solve_n(sc).n
@@ -561,15 +583,33 @@ def test_cli_solve_n_and_solve_drop(capsys):
 
 
 def test_cli_table_and_svg(capsys, tmp_path):
+    """The default table (6 sizes × 5 drops) and its plot, then the two blocks of a noninferiority table.
+
+    The default grid is asked in point mode and the noninferiority blocks on two of its sizes (50 and 268): the
+    default grid in noninferiority mode sums every table at n up to 1000 (about 3 s of CPU) and adds nothing the two
+    checks do not (the grid's rows and columns are the same whatever the mode; each cell is checked against
+    ``verdict_rates`` of its own mode, P(PASS) now too)."""
     svg = tmp_path / "power.svg"
-    rc, out, err = cli(capsys, "--p", "0.9", "--table", "--svg", str(svg), "--gate-mode", "noninferiority")
+    rc, out, err = cli(capsys, "--p", "0.9", "--table", "--svg", str(svg))
     lines = out.splitlines()
     assert rc == 0 and err.strip() == f"wrote {svg}"
-    assert lines[0].startswith("P(FAIL): base 0.90, discordance 0.040") and len(lines) == 2 * (2 + 6)
+    assert lines[0].startswith("P(FAIL): base 0.90, discordance 0.040") and len(lines) == 2 + 6  # point: one block
     assert lines[1].split() == ["n", "d=0.000", "d=0.020", "d=0.050", "d=0.100", "d=0.200"]
+    assert [line.split()[0] for line in lines[2:]] == ["50", "100", "200", "268", "500", "1000"]
     row_268 = next(line for line in lines[2:8] if line.split()[0] == "268").split()
-    expected = pw.verdict_rates(pw.Scenario.with_drop(0.9, 0.1, 0.04), 268, NONINF).fail_rate
+    expected = pw.verdict_rates(pw.Scenario.with_drop(0.9, 0.1, 0.04), 268, POINT).fail_rate
     assert row_268[4] == f"{100 * expected:.1f}%"
+    # noninferiority: a P(FAIL) block and a P(PASS) block, each cell that mode's exact rate
+    rc, out, _ = cli(capsys, "--p", "0.9", "--table", "--ns", "50,268", "--gate-mode", "noninferiority")
+    lines = out.splitlines()
+    assert rc == 0 and len(lines) == 2 * (2 + 2) and lines[4].startswith("P(PASS): base 0.90, discordance 0.040")
+    assert lines[0].startswith("P(FAIL): base 0.90") and "noninferiority" in lines[0] and lines[5] == lines[1]
+    fail_268, pass_268 = lines[3].split(), lines[7].split()
+    assert fail_268[0] == pass_268[0] == "268"
+    noninf = {d: pw.verdict_rates(pw.Scenario.with_drop(0.9, d, 0.04), 268, NONINF) for d in (0.02, 0.1)}
+    assert fail_268[4] == f"{100 * noninf[0.1].fail_rate:.1f}%"
+    point = pw.verdict_rates(pw.Scenario.with_drop(0.9, 0.02, 0.04), 268, POINT)
+    assert pass_268[2] == f"{100 * noninf[0.02].pass_rate:.1f}%" != f"{100 * point.pass_rate:.1f}%"  # the interval's
     root = ET.fromstring(svg.read_text(encoding="utf-8"))
     ns = "{http://www.w3.org/2000/svg}"
     lines_drawn = root.findall(f".//{ns}polyline")
