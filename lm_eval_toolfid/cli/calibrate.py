@@ -52,10 +52,9 @@ _IN_PROCESS_FLAGS = {"base": "--base", "adapter": "--adapter", "runs": "--runs",
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from lm_eval_toolfid.calibration.fit import DEFAULT_ALPHA, min_runs
-    from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS
+    from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS, CalibrationSpec
     from lm_eval_toolfid.calibration.posthoc import calibrate_from_results, scan_results
     from lm_eval_toolfid.run.calibrate import calibrate_in_process
-    from lm_eval_toolfid.calibration.nulls import CalibrationSpec
 
     if not args.output:
         raise ToolfidError("calibrate needs --output FILE (where the calibration JSON goes)")
