@@ -67,6 +67,17 @@ def _answers(folder: Path, samples: Path | None = None) -> dict[str, tuple]:
     return out
 
 
+def _toolfid_run(root: Path, args: list[str]) -> Run:
+    """``toolfid run ARGS`` (``--json``, ``--output ROOT/out`` added where not given) through the CLI's entry point
+    in this process, with ROOT/home as its home; timed, and a verdict's exit code (0, 1, 2) required."""
+    if "--output" not in args:
+        args = [*args, "--output", str(root / "out")]
+    t0 = time.monotonic()
+    proc = toolfid_here(["run", *args, *([] if "--json" in args else ["--json"])], root / "home")
+    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
+    return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
+
+
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return small_cases(tmp_path_factory.mktemp("vllm-cases") / "cases.jsonl")
@@ -79,27 +90,19 @@ def served_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest
     as this run is done: the in-process vLLM runs below never share the machine with it (one vLLM at a time; idle,
     it still spent about 6 s of CPU a minute)."""
     root = tmp_path_factory.mktemp("vllm-served")
-    t0 = time.monotonic()
     try:
-        proc = toolfid_here(["run", "--server", vllm_server.url, "--base", str(smollm2), "--adapter", "noop",
-                             "--adapter", "prose", "--cases", str(cases), "--output", str(root / "out"), "--json",
-                             "--engine-check"], root / "home")
+        return _toolfid_run(root, ["--server", vllm_server.url, "--base", str(smollm2), "--adapter", "noop",
+                                   "--adapter", "prose", "--cases", str(cases), "--engine-check"])
     finally:
         vllm_server.stop()  # the fixture's own stop at the module's end then finds nothing to stop
-    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
-    return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
 
 
 @pytest.fixture(scope="module")
 def inproc_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
     """``toolfid run`` with the project's own engine (its CLI entry point in this process), same PEFT folders."""
-    root = tmp_path_factory.mktemp("vllm-inproc")
-    t0 = time.monotonic()
-    proc = toolfid_here(["run", "--base", str(smollm2), "--adapter", f"noop={vllm_server.loras['noop']}",
-                         "--adapter", f"prose={vllm_server.loras['prose']}", "--cases", str(cases), "--output",
-                         str(root / "out"), "--json", "--device", "cpu"], root / "home")
-    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
-    return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
+    return _toolfid_run(tmp_path_factory.mktemp("vllm-inproc"),
+                        ["--base", str(smollm2), "--adapter", f"noop={vllm_server.loras['noop']}", "--adapter",
+                         f"prose={vllm_server.loras['prose']}", "--cases", str(cases), "--device", "cpu"])
 
 
 class Cli(NamedTuple):
@@ -118,11 +121,8 @@ def _null_run_args(smollm2: Path, prose: Path, cases: Path, out: Path) -> list[s
 def inproc_null_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
     """The same null calibration on the project's own engine (its CLI entry point in this process)."""
     root = tmp_path_factory.mktemp("vllm-null-inproc")
-    t0 = time.monotonic()
-    proc = toolfid_here(["run", *_null_run_args(smollm2, vllm_server.loras["prose"], cases, root / "out"),
-                         "--device", "cpu"], root / "home")
-    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
-    return Run(root / "out", root / "home", json.loads(proc.stdout), proc, time.monotonic() - t0)
+    return _toolfid_run(root, [*_null_run_args(smollm2, vllm_server.loras["prose"], cases, root / "out"), "--device",
+                               "cpu"])
 
 
 class VllmRuns(NamedTuple):
