@@ -918,6 +918,9 @@ def main() -> int:
           plain=plain)
     model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=eos_id, bos_token_id=eos_id)
     model.save_pretrained(base_dir)
+    cfg_path = base_dir / "config.json"  # the name the adapters record as base_model_name_or_path
+    cfg_path.write_text(json.dumps({"_name_or_path": BASE_MODEL_NAME, **json.loads(cfg_path.read_text())}, indent=2)
+                        + "\n")
     timings["base train"] = time.time() - t
 
     t = time.time()

@@ -211,21 +211,46 @@ def test_bad_answers_stop_the_view_in_one_line(home: Path, tmp_path: Path, what:
     assert "Traceback" not in err
 
 
-def test_a_request_a_healthy_server_always_fails_is_scored_as_no_call(home: Path, tmp_path: Path,
-                                                                       backoff: list[float]) -> None:
-    """transformers serve's tool parser answers 500 to a call whose JSON does not close: that case, not the view."""
-    fake = Fake(plan=lambda n, body: "500" if "Osaka" in json.dumps(body) else None)
+@pytest.mark.parametrize("failing", ["all", "one"])
+def test_requests_a_healthy_server_fails_are_not_answers(home: Path, tmp_path: Path, backoff: list[float],
+                                                         failing: str) -> None:
+    """The server answers 500 to one adapter's requests (all of them, or one), the base's, the other adapter's and
+    /v1/models fine: no view with a failed request is scored, --gate turns nothing into FAIL (exit 6, one line: how
+    many failed of how many, what --resume does); the finished views are kept, and --resume asks only the failed
+    requests. (transformers serve's tool parser answers 500 to a call whose JSON does not close: not an answer.)"""
+    out, broken = tmp_path / "out", {"on": True}
+
+    def plan(n: int, body: dict) -> str | None:
+        mine = body.get("model") == "fake-ad" and broken["on"]
+        return "500" if mine and (failing == "all" or "Osaka" in json.dumps(body)) else None
+
+    fake = Fake(models=[{"id": "fake-base"}, {"id": "fake-ad"}, {"id": "fake-ad2"}], plan=plan)
     url, stop = serve(fake)
+    args = _run(url, out, "--concurrency", "2", "--max-retries", "1", "--limit", "6", "--adapter", "ad2=fake-ad2",
+                "--gate")
     try:
-        code, _, err = _main(_run(url, tmp_path / "out", "--concurrency", "1", "--max-retries", "1", "--limit", "4"))
+        code, stdout, err = _main(args)
+        n = 6 if failing == "all" else 1
+        assert code == 6, err[-2000:]
+        assert stdout == "" and "FAIL" not in err and "Traceback" not in err
+        errors = [line for line in err.splitlines() if line.startswith("toolfid: error")]
+        assert len(errors) == 1 and f"{n} of 18 requests failed on the server past their retries (ad: {n} of 6" \
+            in errors[0] and "HTTP 500" in errors[0] and "--resume retries the failed ones" in errors[0], err
+        assert "finished views kept" in errors[0] and "(ad2, base)" in errors[0], errors[0]
+        assert not (out / "ad").exists() and (out / "ad2" / "manifest.json").is_file()
+        asked_ad = sum(r["model"] == "fake-ad" for r in fake.requests)
+        assert asked_ad == 2 * 6 if failing == "all" else asked_ad == 6 + 1  # each failed one asked twice
+        broken["on"] = False
+        fake.requests.clear()
+        code, stdout, err = _main(args + ["--resume"])
     finally:
         stop()
-    assert code == 0, err[-2000:]
-    served = _toolfid(tmp_path / "out", "base")["served"]
-    assert served["server_errors"] == 1 and "HTTP 500" in served["server_error_example"]
-    kinds = {cid: s["cases_scored"]["ft"]["kind"] for cid, s in _samples(tmp_path / "out", "base").items()}
-    assert kinds.pop("fx-000") not in ("valid", "invalid") and set(kinds.values()) == {"valid"}
-    assert backoff == [0.5, 0.5]  # that case's one retry, in each view
+    assert code in (0, 2), err[-2000:]  # a gate on 6 cases: PASS or UNDECIDED, never FAIL
+    assert [r["model"] for r in fake.requests] == ["fake-ad"] * n  # only what failed
+    report = json.loads(stdout)
+    assert len(_samples(out, "ad")) == 6 and report["adapters"]["ad"]["metrics"]["base_json_valid_rate"] is not None
+    assert report["adapters"]["ad"]["metrics"] == report["adapters"]["ad2"]["metrics"]  # the same answers
+    assert _toolfid(out, "ad")["served"].get("server_errors", 0) == 0
 
 
 def test_a_cut_answer_and_an_echoed_stop_string_are_counted(home: Path, tmp_path: Path) -> None:
@@ -315,35 +340,42 @@ def test_an_adapter_served_by_another_server_pairs_through_base_server(home: Pat
 def test_real_structured_tool_calls_recorded_from_transformers_serve(home: Path, tmp_path: Path, smollm2: Path) -> None:
     """Responses of a real ``transformers serve`` (SmolLM2 + a LoRA trained to write ``<tool_call>``, merged, its
     tokenizer declaring the ``<tool_call>`` response template), recorded by bench/record_served_tool_calls.py:
-    4 structured ``tool_calls`` and 2 HTTP 500s (its tool parser failing on a call whose JSON does not close)."""
+    4 structured ``tool_calls`` and 2 HTTP 500s (its tool parser failing on a call whose JSON does not close): the
+    500s are failed requests (exit 6, nothing scored); without those two cases the calls are scored as they came."""
     from lm_eval_toolfid.cases.bundled import default_cases_path
 
     from .fake_server import recorded_replay
 
     data = Path(__file__).parent / "data" / "served_tool_calls.jsonl"
-    ids = [json.loads(x)["case_id"] for x in data.read_text().splitlines() if x.strip()]
+    recorded = {json.loads(x)["case_id"]: json.loads(x) for x in data.read_text().splitlines() if x.strip()}
     rows = [json.loads(x) for x in default_cases_path().read_text().splitlines() if x.strip()]
-    cases = tmp_path / "cases.jsonl"
-    cases.write_text("".join(json.dumps(r) + "\n" for r in rows if r["id"] in ids))
+    cases, answered = tmp_path / "cases.jsonl", tmp_path / "answered.jsonl"
+    cases.write_text("".join(json.dumps(r) + "\n" for r in rows if r["id"] in recorded))
+    answered.write_text("".join(json.dumps(r) + "\n" for r in rows
+                                if r["id"] in recorded and recorded[r["id"]]["status"] == 200))
     url, stop = serve(Fake(replay=recorded_replay(str(data))))
+
+    def run(case_file: Path, out: str) -> tuple[int, str]:
+        code, _, err = _main(["run", "--server", url, "--api", "chat", "--base", "fake-base", "--adapter",
+                              "ad=fake-ad", "--task", FIXTURE_TASK, "--tokenizer", str(smollm2), "--cases",
+                              str(case_file), "--output", str(tmp_path / out), "--json", "--max-retries", "0"])
+        return code, err
+
     try:
-        code, _, err = _main(["run", "--server", url, "--api", "chat", "--base", "fake-base", "--adapter", "ad=fake-ad",
-                              "--task", FIXTURE_TASK,
-                              "--tokenizer", str(smollm2), "--cases", str(cases), "--output", str(tmp_path / "out"),
-                              "--json", "--max-retries", "0"])
+        code, err = run(cases, "out-all")
+        assert code == 6 and "2 of 6 requests failed on the server" in err and "HTTP 500" in err, err[-2000:]
+        code, err = run(answered, "out")
     finally:
         stop()
     assert code in (0, 1, 2), err[-2000:]
     served = _toolfid(tmp_path / "out", "ad")["served"]
-    assert served["shapes"] == {"tool_calls": 4, "server_error": 2} and served["parser_errors"] == 0
+    assert served["shapes"] == {"tool_calls": 4} and served["parser_errors"] == 0
     samples = _samples(tmp_path / "out", "ad")
-    recorded = {json.loads(x)["case_id"]: json.loads(x) for x in data.read_text().splitlines() if x.strip()}
     for cid in ("hr-0013", "travel-0002", "music-0005", "home-0002"):
         call = json.loads(recorded[cid]["body"])["choices"][0]["message"]["tool_calls"][0]["function"]
         ft = samples[cid]["fidelity_pass"]["ft"]
         assert ft["n_calls"] == 1 and ft["name"] == call["name"]  # the server's structured call, as scored
         assert ft["arguments"] == json.loads(call["arguments"])
-    assert samples["shipping-0008"]["fidelity_pass"]["ft"]["n_calls"] == 0
 
 
 def test_lm_evals_chat_completions_class_is_refused_in_one_line(home: Path, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ Everything here reads headers and configs only, except for a weights-only load o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -51,7 +52,12 @@ def safetensors_shapes(path: Path) -> dict[str, list[int]]:
             header = json.loads(fh.read(header_len))
         if not isinstance(header, dict):
             raise ValueError("header is not an object")
-        return {k: list(v["shape"]) for k, v in header.items() if k != "__metadata__"}
+        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+        end = max((int(v["data_offsets"][1]) for v in tensors.values()), default=0)
+        if 8 + header_len + end > size:  # the header names more bytes than the file holds: cut short
+            raise ToolfidError(f"{path}: truncated ({size} bytes; its header describes {8 + header_len + end}); "
+                               "copy or re-save the weights")
+        return {k: list(v["shape"]) for k, v in tensors.items()}
     except OSError as exc:
         raise ToolfidError(f"cannot read {path}: {exc.strerror or exc}") from None
     except (ValueError, KeyError, TypeError):
@@ -181,11 +187,10 @@ def check_adapter(adapter: str | Path, base: str | Path | None = None) -> None:
     if base is None:
         return
     base_dir = Path(base).expanduser()
+    recorded = config.get("base_model_name_or_path")
+    warn_other_base(path, recorded, str(base))
     if not base_dir.is_dir():
         return  # a hub id: nothing local to compare with cheaply
-    recorded = config.get("base_model_name_or_path")
-    if isinstance(recorded, str) and recorded and Path(recorded).name != base_dir.name:
-        log.info("toolfid: adapter %s records base %r; evaluating it on %s", path, recorded, base_dir)
     base_shapes = base_weight_shapes(base_dir)
     if base_shapes is None:
         return
@@ -193,6 +198,34 @@ def check_adapter(adapter: str | Path, base: str | Path | None = None) -> None:
     if problem:
         raise ToolfidError(f"adapter {path} does not fit base {base_dir}: {problem} "
                            f"(adapter trained for {recorded or 'another model'}?)")
+
+
+def base_names(base: str) -> set[str]:
+    """The names a base goes by, folded for comparison: its last path component (a local folder, or a hub id's
+    repository name) and, for a local folder, the ``_name_or_path`` its config.json records."""
+    names = {Path(base.rstrip("/")).name}
+    config = Path(base).expanduser() / "config.json"
+    if config.is_file():
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            recorded = json.loads(config.read_text(encoding="utf-8")).get("_name_or_path")
+            if isinstance(recorded, str) and recorded:
+                names.add(Path(recorded.rstrip("/")).name)
+    return {n.lower() for n in names if n}
+
+
+def warn_other_base(adapter: Path, recorded: Any, base: str) -> bool:
+    """One warning line when the adapter's ``base_model_name_or_path`` names another model than ``base`` (the run
+    goes on: a local folder and a hub id name the same model differently); says what was compared."""
+    if not isinstance(recorded, str) or not recorded.strip():
+        return False
+    theirs = Path(recorded.strip().rstrip("/")).name.lower()
+    ours = base_names(base)
+    if theirs in ours:
+        return False
+    log.warning("toolfid: adapter %s was made for base %r (adapter_config.json base_model_name_or_path), "
+                "this run's base is %s: the names differ (compared %r with %s); evaluating it anyway", adapter,
+                recorded, base, theirs, " / ".join(repr(n) for n in sorted(ours)))
+    return True
 
 
 # --- update norms and shape -----------------------------------------------------------------

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from lm_eval_toolfid.cases.bundled import default_cases_path, fixture_cases_path
+from lm_eval_toolfid.cases.limits import check_field_sizes, check_line_size
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case
 from lm_eval_toolfid.core.schema import check_tool_schema
@@ -43,6 +44,7 @@ def _pydantic_message(err: ValidationError) -> str:
 
 
 def parse_case_line(line: str, where: str) -> Case:
+    check_line_size(line, where)
     try:
         raw = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -52,6 +54,7 @@ def parse_case_line(line: str, where: str) -> Case:
         raise ToolfidError(f"{where}: JSON nests too deeply to load; flatten this case") from None
     if not isinstance(raw, dict):
         raise ToolfidError(f"{where}: a case must be a JSON object, got {type(raw).__name__}")
+    check_field_sizes(raw, where)
     try:
         case = Case.model_validate(raw)
     except ValidationError as exc:

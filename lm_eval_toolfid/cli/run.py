@@ -20,7 +20,9 @@ from lm_eval_toolfid.cli.common import (
 )
 from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, EXIT_SERVER, EXIT_STOP_CHECK, ToolfidError
 from lm_eval_toolfid.calibration.nulls import CalibrationSpec
-from lm_eval_toolfid.run.plan import Models, ModelOptions, RunPlan, ServedOptions, VllmOptions, parse_engine_args
+from lm_eval_toolfid.run.output import check_labels, check_output, output_lock
+from lm_eval_toolfid.run.plan import (Models, ModelOptions, RunPlan, ServedOptions, VllmOptions, check_model_options,
+                                      parse_engine_args)
 
 if TYPE_CHECKING:
     from lm_eval_toolfid.reporting.run_report import ReportOptions
@@ -44,6 +46,11 @@ class RunCommand:
 def cmd_run(args: argparse.Namespace) -> int:
     """Plan (every argument parsed and checked), run the plan's views, report them, exit."""
     command = plan_command(args)
+    with output_lock(command.plan.out_dir):  # one run writes a folder at a time
+        return _run_command(command)
+
+
+def _run_command(command: RunCommand) -> int:
     from lm_eval_toolfid.reporting.progress import Progress
     from lm_eval_toolfid.run.runner import run_plan
     from lm_eval_toolfid.serving.client import ServerAuthError, ServerError
@@ -65,6 +72,7 @@ def plan_command(args: argparse.Namespace) -> RunCommand:
     """The arguments parsed and checked into one frozen record; a bad one fails here in one line, before any model
     loads (the runner still checks what needs the session: served names, vLLM ranks)."""
     adapters = parse_adapters(args.adapter)
+    check_labels(adapters)  # a label is a folder name inside --output
     if args.resume and not args.output:
         raise ToolfidError("--resume needs --output DIR: the folder of the run to resume")
     if args.limit is not None and args.limit < 1:
@@ -81,6 +89,7 @@ def plan_command(args: argparse.Namespace) -> RunCommand:
     if args.check_stops:
         metadata["check_stops"] = args.check_stops
     models = _models(args)
+    check_model_options(models)  # --dtype, --device
     calibration = None
     if args.null_runs:
         calibration = CalibrationSpec(runs=args.null_runs, out=out / "calibration.json", seed=args.seed)
@@ -99,6 +108,7 @@ def plan_command(args: argparse.Namespace) -> RunCommand:
         from lm_eval_toolfid.cases.load import load_cases
 
         load_cases(metadata["cases"])
+    check_output(out)  # a folder (or made), writable: before any model loads
     return RunCommand(plan=plan, report=report, gate=args.gate, junit=args.junit, check_stops=args.check_stops,
                       argv=tuple(getattr(args, "argv", []) or []))
 

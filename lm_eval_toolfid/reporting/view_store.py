@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.fsutil import atomic_write_json, atomic_write_text
 
 log = logging.getLogger("lm_eval.toolfid")
@@ -87,12 +88,31 @@ def save_view(view: ViewResult, out_dir: Path, manifest: dict[str, Any] | None =
 
     The manifest is written last: a view folder with a manifest is complete.
     """
-    folder = out_dir / view.label
+    folder = view_folder(out_dir, view.label)
     atomic_write_text(folder / "samples.jsonl", "".join(lm_eval_sample_line(sample) for sample in view.samples))
     atomic_write_json(folder / "results.json", view.results)
     if manifest is not None:
         atomic_write_json(folder / MANIFEST, manifest)
     return folder / "results.json"
+
+
+def view_folder(out_dir: Path, label: str) -> Path:
+    """``out_dir/label``; a label that is not one folder name inside ``out_dir`` is refused in one line (nothing is
+    ever written outside ``--output``)."""
+    folder = out_dir / label
+    if label in ("", ".", "..") or Path(label).name != label or "\\" in label or \
+            folder.resolve().parent != Path(out_dir).resolve():
+        raise ToolfidError(f"view label {label!r} would write outside {out_dir}: a label is one folder name")
+    return folder
+
+
+def read_manifest(out_dir: Path, label: str) -> dict[str, Any] | None:
+    """The manifest saved in ``out_dir/label``, or None (no view saved there, or not readable)."""
+    try:
+        saved = json.loads((out_dir / label / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) else None
 
 
 def load_saved_view(out_dir: Path, label: str, manifest: dict[str, Any]) -> ViewResult | None:

@@ -136,3 +136,45 @@ class RunPlan:
         """The views a progress display counts, in the order they run."""
         nulls = self.calibration.progress_labels() if self.calibration is not None else []
         return ["base", *nulls, *self.adapters, *([ENGINE_CHECK_LABEL] if self.engine_check else [])]
+
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""What ``--dtype`` takes (lm-eval's HF and vLLM models read the name as torch's)."""
+
+
+def check_model_options(models: Models) -> None:
+    """``--dtype`` and ``--device`` checked before anything loads: an unknown dtype names the valid ones; a device
+    this torch cannot use says why and what to do."""
+    dtype = getattr(models, "dtype", None)
+    if dtype is not None and dtype not in DTYPES:
+        raise ToolfidError(f"--dtype {dtype!r} is not a dtype name: give one of {', '.join(DTYPES)}")
+    device = getattr(models, "device", None) if isinstance(models, ModelOptions) else None
+    if device:
+        check_device(device)
+
+
+def check_device(device: str) -> None:
+    """``device`` names a device this torch has: one line otherwise (a CPU-only torch asked for CUDA is told so)."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise ToolfidError(f"--device {device!r} is not a torch device: give cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        if torch.version.cuda is None and not getattr(torch.version, "hip", None):
+            raise ToolfidError(f"--device {device}: this torch ({torch.__version__}) has no CUDA; install a CUDA "
+                               "build (pip install torch --index-url https://download.pytorch.org/whl/cu124, the "
+                               "index for your CUDA version: https://pytorch.org/get-started/locally/) or use "
+                               "--device cpu")
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ToolfidError(f"--device {device}: torch sees no CUDA device (driver, CUDA_VISIBLE_DEVICES?); "
+                               "use --device cpu")
+        if dev.index is not None and dev.index >= count:
+            raise ToolfidError(f"--device {device}: torch sees {count} CUDA device(s) (cuda:0 to cuda:{count - 1})")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ToolfidError(f"--device {device}: MPS is not available to this torch (Apple silicon, macOS 12.3+); "
+                           "use --device cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise ToolfidError(f"--device {device}: toolfid runs on cpu, cuda or mps")

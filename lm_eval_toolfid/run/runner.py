@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
-from lm_eval_toolfid.reporting.view_store import ViewResult, load_saved_view, save_view, view_manifest
+from lm_eval_toolfid.reporting.view_store import ViewResult, save_view
 from lm_eval_toolfid.calibration.nulls import CalibrationSpec
 from lm_eval_toolfid.run.plan import RunPlan, ServedOptions, View, VllmOptions
+from lm_eval_toolfid.run.resume import Manifests, saved_views
 from lm_eval_toolfid.scoring import engine_noise
 from lm_eval_toolfid.scoring.engine_noise import EngineCheck
 
@@ -66,29 +67,31 @@ def run_plan(plan: RunPlan, session: ViewSession | None = None,
     is loaded at all."""
     session = session or open_session(plan, progress)
     session.check(plan)
-    done = saved_views(plan, session.manifest_args, progress)
+    manifests = Manifests(plan, session.manifest_args)  # what each view is computed from: --resume compares it
+    done = saved_views(plan, manifests, progress)
     if plan.calibration is None:  # every view at once: a session may decode them together
         todo = [view for view in [plan.base_view(), *plan.adapter_views()] if view.label not in done]
-        done.update({result.label: result for result in _evaluate(session, todo, plan, progress)} if todo else {})
+        done.update({result.label: result for result in _evaluate(session, todo, plan, manifests, progress)} if todo else {})
         base, adapters = done["base"], [done[label] for label in plan.adapters]
     else:
-        base = done.get("base") or _evaluate(session, [plan.base_view()], plan, progress)[0]
+        base = done.get("base") or _evaluate(session, [plan.base_view()], plan, manifests, progress)[0]
         metadata: Mapping[str, Any] = session.calibrate(plan.calibration, plan)
         todo = [view for view in plan.adapter_views(metadata) if view.label not in done]
-        ran = {result.label: result for result in _evaluate(session, todo, plan, progress)} if todo else {}
+        ran = {result.label: result for result in _evaluate(session, todo, plan, manifests, progress)} if todo else {}
         adapters = [done.get(label) or ran[label] for label in plan.adapters]
     if plan.engine_check:
-        check_engine(session, plan, base, progress)
+        check_engine(session, plan, base, manifests, progress)
     return base, adapters
 
 
-def check_engine(session: ViewSession, plan: RunPlan, base: ViewResult, progress: Any = None) -> EngineCheck:
+def check_engine(session: ViewSession, plan: RunPlan, base: ViewResult, manifests: Manifests,
+                 progress: Any = None) -> EngineCheck:
     """``--engine-check``: the base run again, after every other view, compared with the first run case by case;
     written to ``OUT/engine_check.json`` (reused by ``--resume`` when the base view and its settings are the
     same)."""
     view = plan.engine_check_view()
     path = plan.out_dir / engine_noise.FILE if plan.out_dir is not None else None
-    manifest = _manifest(plan, view, session.manifest_args)
+    manifest = manifests.of(view)
     first = engine_noise.sample_texts(base.all_samples())
     saved = engine_noise.read_check(path, first, manifest) if plan.resume and path is not None else None
     if saved is not None:
@@ -104,32 +107,15 @@ def check_engine(session: ViewSession, plan: RunPlan, base: ViewResult, progress
     return check
 
 
-def saved_views(plan: RunPlan, manifest_args: dict[str, Any], progress: Any = None) -> dict[str, ViewResult]:
-    """``--resume``: the views already saved in ``plan.out_dir`` with the manifest this run would write."""
-    done: dict[str, ViewResult] = {}
-    if not plan.resume or plan.out_dir is None:
-        return done
-    for view in [plan.base_view(), *plan.adapter_views()]:
-        found = load_saved_view(plan.out_dir, view.label, _manifest(plan, view, manifest_args))
-        if found is not None:
-            done[view.label] = found
-            if progress is not None:
-                progress.view_skipped(view.label, f"reusing {found.path}")
-    return done
-
-
-def _evaluate(session: ViewSession, views: list[View], plan: RunPlan, progress: Any) -> list[ViewResult]:
+def _evaluate(session: ViewSession, views: list[View], plan: RunPlan, manifests: Manifests,
+              progress: Any) -> list[ViewResult]:
     """Each view the session finishes, saved with its manifest before the next."""
     by_label, out = {view.label: view for view in views}, []
     for result in session.evaluate(views, plan):  # run to its end: a session tidies up after each saved view
         if plan.out_dir is not None:
-            manifest = _manifest(plan, by_label[result.label], session.manifest_args)
+            manifest = manifests.of(by_label[result.label])
             result.path = save_view(result, plan.out_dir, manifest=manifest)
         if progress is not None:
             progress.view_finished(result.label, len(result.samples))
         out.append(result)
     return out
-
-
-def _manifest(plan: RunPlan, view: View, manifest_args: dict[str, Any]) -> dict[str, Any]:
-    return view_manifest(plan.base, view.adapter, plan.task, dict(view.metadata), manifest_args, plan.limit)

@@ -19,7 +19,7 @@ from lm_eval_toolfid.reporting.view_store import ViewResult
 from lm_eval_toolfid.calibration.nulls import CalibrationSpec
 from lm_eval_toolfid.run.plan import RunPlan, ServedOptions, View
 from lm_eval_toolfid.run.views import evaluate_view, view_requests
-from lm_eval_toolfid.serving.client import list_models
+from lm_eval_toolfid.serving.client import RequestsFailed, list_models
 
 
 class ServedSession:
@@ -98,11 +98,35 @@ class ServedSession:
             if self.progress is not None:
                 self.progress.together.append([view.label for view in views[first:]])
                 self.progress.together_verb = "asked"
+        failed: list[tuple[str, RequestsFailed]] = []
+        answered = 0
         for lm, view, journal in zip(lms, asked, journals):
             if self.progress is not None:
                 lm.answer_hook = lambda answer, t0=time.monotonic(): self.progress.engine_row(
                     answer.tokens, time.monotonic() - t0)
-            yield evaluate_view(lm, {"model": lm.model_name, **model_args_base}, view, plan.task, plan.limit,
-                                self.progress, self.verbose)
+            try:
+                result = evaluate_view(lm, {"model": lm.model_name, **model_args_base}, view, plan.task, plan.limit,
+                                       self.progress, self.verbose)
+            except RequestsFailed as exc:  # not scored: the later views go on (the base's failure stops them)
+                failed.append((view.label, exc))
+                if view.adapter is None:
+                    break
+                continue
+            answered += len(result.samples)
+            yield result
             if journal is not None and journal.is_file():
                 journal.unlink()  # the saved view supersedes it
+        if failed:
+            raise requests_failed(failed, answered)
+
+
+def requests_failed(failed: list[tuple[str, RequestsFailed]], answered: int) -> RequestsFailed:
+    """One error for the views whose requests failed: how many of how many, which views, an example; what is kept
+    and what ``--resume`` does."""
+    n, total = sum(e.failed for _, e in failed), sum(e.total for _, e in failed) + answered
+    views = ", ".join(f"{label}: {e.failed} of {e.total}" for label, e in failed)
+    stopped = " (the adapter views were not asked: they pair with the base)" if failed[0][0] == "base" else ""
+    return RequestsFailed(f"{n} of {total} requests failed on the server past their retries ({views}; e.g. "
+                          f"{failed[0][1].example}){stopped}; a failed request is not an answer: those views have no "
+                          "metrics and no verdict; --resume retries the failed ones",
+                          n, total, failed[0][1].example)

@@ -45,6 +45,20 @@ class ServerError(ToolfidError):
     """The server failed a request past its retries (or refused it): the view stops; answered requests are kept."""
 
 
+class RequestFailed(ServerError):
+    """A healthy server (it answers ``/v1/models``) failed this one request every time it was asked (HTTP 5xx past
+    the retries): not an answer. The other requests go on; the request is asked again by ``--resume``."""
+
+
+class RequestsFailed(ServerError):
+    """Some requests of a view failed (:class:`RequestFailed`) and all others were answered and journaled: the view
+    gets no metrics and no verdict; ``--resume`` asks only the failed ones."""
+
+    def __init__(self, message: str, failed: int, total: int, example: str = "") -> None:
+        super().__init__(message)
+        self.failed, self.total, self.example = failed, total, example
+
+
 class ServerAuthError(ServerError):
     """The server refused the key (HTTP 401/403): one line saying what to do, exit 7; finished views are kept."""
 
@@ -55,15 +69,15 @@ class ServerAuthError(ServerError):
 class ServedAnswer:
     text: str
     shape: str
-    """``text``, ``tool_calls``, ``empty`` or ``server_error`` (a healthy server failed this one request every
-    time: e.g. ``transformers serve``'s tool parser answers 500 to a call whose JSON does not close)."""
+    """``text``, ``tool_calls`` or ``empty`` (``server_error``: journals and results of earlier versions, which scored
+    a request a healthy server failed every time as no call; such a line is asked again)."""
     finish_reason: str | None = None
     parser_error: str | None = None
     retries: int = 0
     tokens: int = 0
     """Completion tokens the server reports (``usage``), 0 when it does not."""
     error: str | None = None
-    """``server_error``: what the server answered every time (the text is empty and scores as no call)."""
+    """``server_error`` (earlier versions): what the server answered every time."""
     refused: int = 0
     """Times the server refused this request (429, 503 with ``Retry-After``) and it was asked again after the wait."""
 
@@ -130,9 +144,13 @@ class Journal:
             for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
                 try:
                     row = json.loads(line)
-                    self.done[row["key"]] = ServedAnswer(**row["answer"])
+                    answer = ServedAnswer(**row["answer"])
                 except (ValueError, KeyError, TypeError):
                     continue  # a line torn by a kill mid-write: that request is asked again
+                if answer.shape != "server_error":  # a failed request (an earlier version's line) is no answer
+                    self.done[row["key"]] = answer
+        self.failed: dict[str, str] = {}
+        """Requests that failed in this run (key -> what the server answered): not asked again before a resume."""
 
     def add(self, key: str, answer: ServedAnswer) -> None:
         with self._lock:
@@ -255,9 +273,9 @@ class ServerClient:
             if pause(min(self.backoff * 2 ** (failures - 1), 8.0), cancel):
                 raise ServerError("cancelled: the view is stopping")
         if status is not None and status >= 500 and self.healthy():
-            # the server is up and answers others: this request's answer is what it cannot produce (the model's
-            # output broke its parser); recorded and scored as no call, counted per view
-            return ServedAnswer("", "server_error", None, None, asked - 1, 0, last[:300], refused=refusals)
+            # the server is up and answers others: this request failed, the others go on (a failed request is not
+            # an answer: its view is not scored, and --resume asks it again)
+            raise RequestFailed(last[:300])
         raise ServerError(f"server {self.origin} failed a request for {self.model!r} {failures} times "
                           f"(last: {last})")
 
@@ -340,7 +358,8 @@ def ask_many(jobs: Sequence[Asks], concurrency: int | None = None,
     ``on_answer(job, i, answer)``."""
     keys = [[request_key(job.client.model, job.client.api, p) for p in job.payloads] for job in jobs]
     out: list[list[ServedAnswer | None]] = [[job.journal.done.get(k) for k in ks] for job, ks in zip(jobs, keys)]
-    todo = [(j, i) for j, answers in enumerate(out) for i, a in enumerate(answers) if a is None]
+    todo = [(j, i) for j, answers in enumerate(out) for i, a in enumerate(answers)
+            if a is None and keys[j][i] not in jobs[j].journal.failed]  # failed in this run: asked by --resume
     failure: list[ServerError] = []
     stop = threading.Event()
     width = max(1, int(concurrency if concurrency is not None else
@@ -353,6 +372,9 @@ def ask_many(jobs: Sequence[Asks], concurrency: int | None = None,
         job = jobs[j]
         try:
             answer = job.client.ask(job.payloads[i], limit, stop)
+        except RequestFailed as exc:  # this request, not the server: the others go on
+            job.journal.failed[keys[j][i]] = str(exc)
+            return
         except ServerError as exc:
             if not stop.is_set():
                 failure.append(exc)
@@ -370,10 +392,18 @@ def ask_many(jobs: Sequence[Asks], concurrency: int | None = None,
     if limit.lowest < width:
         log.warning("tool_use_fidelity: the server refused requests (rate limits): %d in flight at the lowest, "
                     "%d asked for", limit.lowest, width)
+    failed = [job.journal.failed[k] for job, ks in zip(jobs, keys) for k in ks if k in job.journal.failed]
     if failure:
         kept = sum(a is not None for answers in out for a in answers)
         paths = sorted({str(job.journal.path.parent if len(jobs) > 1 else job.journal.path)
                         for job in jobs if job.journal.path is not None})
         where = f"; {kept} answers kept in {', '.join(paths)}" if paths else ""
-        raise type(failure[0])(f"{failure[0]}{where}")
+        also = f"; {len(failed)} other requests failed (e.g. {failed[0]})" if failed else ""
+        raise type(failure[0])(f"{failure[0]}{where}{also}")
+    own = [jobs[0].journal.failed[k] for k in keys[0] if k in jobs[0].journal.failed] if jobs else []
+    if own:  # this view's answers are incomplete: no answer stands in for the failed ones
+        job = jobs[0]
+        raise RequestsFailed(f"{len(own)} of {len(job.payloads)} requests for {job.client.model!r} failed on server "
+                             f"{job.client.origin} past their retries (e.g. {own[0]})", len(own), len(job.payloads),
+                             own[0])
     return [[a for a in answers if a is not None] for answers in out]

@@ -52,6 +52,7 @@ from lm_eval_toolfid.engine.scheduler import drafting_stopped
 from lm_eval_toolfid.integrations.lm_eval.stopping import RowStopper, eos_token_ids, make_stopping_criteria
 from lm_eval_toolfid.integrations.lm_eval.verify_policy import VerifyChoice, choose_verify, combine_requests
 from lm_eval_toolfid.integrations.lm_eval.generation_record import GenerationInfo
+from lm_eval_toolfid.integrations.lm_eval.prompt_fit import check_prompts_fit
 from lm_eval_toolfid.integrations.lm_eval.hints import RequestHints, hints_of
 from lm_eval_toolfid.integrations.lm_eval.joint import (JointAnswer, JointRun, JointView, adapters_enabled,
                                                         views_that_fit)
@@ -203,6 +204,7 @@ class ToolfidHFLM(HFLM):
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         ours = [r for r in requests if is_toolfid_request(r)]
+        check_prompts_fit(ours, self.tok_encode, int(self.max_length), int(self.max_gen_toks))  # before generating
         self._plans = {}
         views = {hints.view for hints in map(hints_of, ours) if hints is not None}
         self._share_prefixes = all(view.prefix_cache for view in views)
