@@ -20,9 +20,8 @@ from lm_eval_toolfid.cli.common import (
 )
 from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, EXIT_SERVER, EXIT_STOP_CHECK, ToolfidError
 from lm_eval_toolfid.calibration.nulls import CalibrationSpec
-from lm_eval_toolfid.run.output import check_labels, check_output, output_lock
-from lm_eval_toolfid.run.plan import (Models, ModelOptions, RunPlan, ServedOptions, VllmOptions, check_model_options,
-                                      parse_engine_args)
+from lm_eval_toolfid.run.plan import (Models, ModelOptions, RunPlan, ServedOptions, VllmOptions, check_labels,
+                                      check_model_options, check_output, output_lock, parse_engine_args)
 
 if TYPE_CHECKING:
     from lm_eval_toolfid.reporting.run_report import ReportOptions
@@ -72,7 +71,6 @@ def plan_command(args: argparse.Namespace) -> RunCommand:
     """The arguments parsed and checked into one frozen record; a bad one fails here in one line, before any model
     loads (the runner still checks what needs the session: served names, vLLM ranks)."""
     adapters = parse_adapters(args.adapter)
-    check_labels(adapters)  # a label is a folder name inside --output
     if args.resume and not args.output:
         raise ToolfidError("--resume needs --output DIR: the folder of the run to resume")
     if args.limit is not None and args.limit < 1:
@@ -90,6 +88,7 @@ def plan_command(args: argparse.Namespace) -> RunCommand:
         metadata["check_stops"] = args.check_stops
     models = _models(args)
     check_model_options(models)  # --dtype, --device
+    check_labels(adapters)  # a label is a folder name inside --output
     calibration = None
     if args.null_runs:
         calibration = CalibrationSpec(runs=args.null_runs, out=out / "calibration.json", seed=args.seed)
@@ -108,7 +107,7 @@ def plan_command(args: argparse.Namespace) -> RunCommand:
         from lm_eval_toolfid.cases.load import load_cases
 
         load_cases(metadata["cases"])
-    check_output(out)  # a folder (or made), writable: before any model loads
+    check_output(out)  # a folder (or one that can be made), writable: before any model loads
     return RunCommand(plan=plan, report=report, gate=args.gate, junit=args.junit, check_stops=args.check_stops,
                       argv=tuple(getattr(args, "argv", []) or []))
 
