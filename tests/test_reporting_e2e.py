@@ -203,13 +203,19 @@ def test_resume_with_everything_saved_loads_nothing(run, monkeypatch):
 
 
 def test_a_view_saved_with_other_settings_is_not_reused(run):
+    from lm_eval_toolfid.run.plan import RunPlan
+    from lm_eval_toolfid.run.runner import content_digests
+
     model_args = {"pretrained": FIX["base"]}
-    same = view_manifest(FIX["base"], FIX["adapters"]["broken"], FIXTURE_TASK, {}, model_args)
+    content = content_digests(RunPlan(base=FIX["base"], adapters={}, task=FIXTURE_TASK))  # the fixture cases' digest
+    assert set(content) == {"cases_digest", "task_config"}
+    same = {**view_manifest(FIX["base"], FIX["adapters"]["broken"], FIXTURE_TASK, {}, model_args), **content}
     assert load_saved_view(run.out, "broken", same) is not None
-    other = view_manifest(FIX["base"], FIX["adapters"]["broken"], FIXTURE_TASK, {"demos": 1}, model_args)
+    other = {**view_manifest(FIX["base"], FIX["adapters"]["broken"], FIXTURE_TASK, {"demos": 1}, model_args), **content}
     assert load_saved_view(run.out, "broken", other) is None
-    swapped = view_manifest(FIX["base"], FIX["adapters"]["faithful"], FIXTURE_TASK, {}, model_args)
+    swapped = {**view_manifest(FIX["base"], FIX["adapters"]["faithful"], FIXTURE_TASK, {}, model_args), **content}
     assert load_saved_view(run.out, "broken", swapped) is None
+    assert load_saved_view(run.out, "broken", {**same, "cases_digest": "0" * 16}) is None  # other cases
 
 
 def test_interrupt_keeps_finished_views_and_resume_runs_only_the_rest(run, tmp_path, monkeypatch):

@@ -29,10 +29,12 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_STOP_CHECK, "toolfid run --check-stops: a case scores differently without the early stop "
                       "(the run's numbers are not trusted; please report it)"),
     (EXIT_INPUT, "input error: a bad option, file, model or adapter, a model the hub cannot give "
-                 "(offline, unreachable, unknown); one line says what to do"),
+                 "(offline, unreachable, unknown), a case too long for the model's context, an --output another run "
+                 "is writing; one line says what to do"),
     (EXIT_INTERNAL, "internal error (a bug): one line; --debug shows the traceback"),
-    (EXIT_SERVER, "toolfid run --server: the model server failed past its retries; finished views are kept, "
-                  "--resume continues"),
+    (EXIT_SERVER, "toolfid run --server: the model server failed past its retries (a failed request is not an "
+                  "answer: its view gets no metrics and no verdict); finished views are kept, --resume asks only "
+                  "what failed or was not asked"),
     (EXIT_SERVER_AUTH, "the model server refused the key (HTTP 401/403): set OPENAI_API_KEY or --api-key-env "
                        "NAME; finished views are kept"),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C); toolfid run keeps finished views for --resume"),
