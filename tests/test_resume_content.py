@@ -1,6 +1,8 @@
 """``--resume`` by content, on the fixture model (2 cases, the base and two adapters): a case edited in place makes
-every view be computed again (the samples hold the new prompt); an adapter's weights replaced make that view be
-computed again and no other; a base computed again takes its adapter views with it; each says what changed. A
+every view be computed again (the samples hold the new prompt), and a resume that leaves out a view the folder
+holds, compared with the old base, is refused; an adapter's weights replaced make that view be
+computed again and no other; a base computed again takes its adapter views with it (their manifests removed
+first); each says what changed. A
 prompt longer than the model's context is named with its length before anything is generated."""
 
 from __future__ import annotations
@@ -44,6 +46,14 @@ def test_resume_reuses_a_view_only_for_the_same_cases_and_weights(tmp_path: Path
     edited = rows[1]["prompt"] + " Please."
     cases.write_text("".join(json.dumps({**r, "prompt": edited} if i == 1 else r) + "\n" for i, r in enumerate(rows)))
     before = _mtimes(out)
+    without_other = args[:5] + args[7:]  # --adapter other=... left out: its saved view was made with the old base
+    assert str(other) not in " ".join(without_other) and f"faithful={FIX['adapters']['faithful']}" in without_other
+    alone = toolfid_here([*without_other, "--resume"], home)
+    refusal = [line for line in alone.stderr.splitlines() if line.startswith("toolfid: error")]
+    assert alone.returncode == 4 and len(refusal) == 1, alone.stderr[-2000:]
+    assert "the base view is computed again (the cases changed since it was saved)" in refusal[0]
+    assert "views this run does not compute, compared with the old base: other; name them with --adapter" \
+        in refusal[0] and _mtimes(out) == before
     second = toolfid_here([*args, "--resume"], home)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "reusing" not in second.stderr
@@ -66,16 +76,19 @@ def test_resume_reuses_a_view_only_for_the_same_cases_and_weights(tmp_path: Path
     report = json.loads(third.stdout)["adapters"]
     assert report["other"]["metrics"] == report["faithful"]["metrics"]  # the same weights now: the same answers
 
-    # the base saved from other weights (its manifest says so): the base and both adapters computed again
+    # the base saved from other weights (its manifest says so): no adapter view is reused with it, and their
+    # manifests go before anything runs (the runner's decision, read without running the views again)
+    from lm_eval_toolfid.run.plan import RunPlan
+    from lm_eval_toolfid.run.runner import content_digests, saved_views
+
+    plan = RunPlan(base=FIX["base"], adapters={"faithful": FIX["adapters"]["faithful"], "other": str(other)},
+                   task=FIXTURE_TASK, metadata={"cases": str(cases)}, out_dir=out, resume=True)
+    made_from = ({"pretrained": FIX["base"]}, content_digests(plan))  # ModelSession.manifest_args, no --dtype
+    assert set(saved_views(plan, made_from)) == {"base", "faithful", "other"}  # as the third run saw them
     manifest = json.loads((out / "base" / "manifest.json").read_text())
     (out / "base" / "manifest.json").write_text(json.dumps({**manifest, "base_fingerprint": "0" * 16}))
-    before = _mtimes(out)
-    fourth = toolfid_here([*args, "--resume"], home)
-    assert fourth.returncode == 0, fourth.stderr[-2000:]
-    assert "base is computed again: the base's weights changed" in fourth.stderr, fourth.stderr
-    assert "reusing" not in fourth.stderr
-    after = _mtimes(out)
-    assert all(after[label] != before[label] for label in VIEWS)
+    assert saved_views(plan, made_from) == {}
+    assert [label for label in VIEWS if (out / label / "manifest.json").is_file()] == ["base"]
 
 
 def test_a_prompt_longer_than_the_context_is_named_before_generating(tmp_path: Path) -> None:

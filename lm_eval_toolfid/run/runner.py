@@ -226,6 +226,14 @@ def saved_views(plan: RunPlan, made_from: MadeFrom, progress: Any = None) -> dic
         saved = read_manifest(plan.out_dir, view.label)
         if saved is not None:
             changed[view.label] = f"{what_changed(saved, manifest)} changed since it was saved"
+    if "base" in changed:  # the folder's other views were compared with the base view about to be replaced
+        ours = {view.label for view in views}
+        strays = sorted(p.parent.name for p in plan.out_dir.glob(f"*/{MANIFEST}") if p.parent.name not in ours)
+        if strays:
+            raise ToolfidError(f"--resume: the base view is computed again ({changed['base']}), and {plan.out_dir} "
+                               f"also holds views this run does not compute, compared with the old base: "
+                               f"{', '.join(strays)}; name them with --adapter to compute them again, or move them "
+                               "out of the folder")
     if "base" not in done:
         for view in views[1:]:  # paired with a base this run does not keep: computed again, never mixed
             if view.label in done:
