@@ -213,3 +213,27 @@ def test_prompts_too_long_for_the_context_are_named_with_their_lengths() -> None
         check_prompts_fit([request("a", 1921), request("b", 10), request("c", 5000, 64)], encode, 2048, 256)
     assert str(exc.value).startswith("2 case(s) do not fit the model's context of 2,048 tokens: a (1,921 prompt + "
                                      "128 generated tokens), c (5,000 prompt + 64 generated tokens); shorten")
+
+
+def test_weights_safetensors_cannot_read_are_an_input_error_when_the_model_loads(tmp_path: Path) -> None:
+    """Past the header checks (the sizes add up) but not a file safetensors reads (a tensor's offsets leave a gap):
+    one line naming the adapter, not an internal error."""
+    from lm_eval_toolfid.calibration.adapters import check_adapter
+    from lm_eval_toolfid.core.errors import ToolfidError
+    from lm_eval_toolfid.run.session import ModelSession
+
+    adapter = tmp_path / "gap"
+    shutil.copytree(FIX["adapters"]["faithful"], adapter)
+    weights = adapter / "adapter_model.safetensors"
+    data = weights.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    first = min((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][0])
+    start, end = header[first]["data_offsets"]
+    header[first]["data_offsets"] = [start + 4, end]  # a gap before the first tensor; its shape no longer matches
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    weights.write_bytes(len(text).to_bytes(8, "little") + text + data[8 + n:])
+    check_adapter(adapter, FIX["base"])  # the header alone looks fine
+    with pytest.raises(ToolfidError, match=rf"the weights of .*{adapter.name}.* cannot be read .*re-save it"):
+        ModelSession(FIX["base"]).load({"gap": str(adapter)})

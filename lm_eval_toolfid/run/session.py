@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from lm_eval_toolfid.calibration.adapters import check_adapter
-from lm_eval_toolfid.core.errors import ToolfidError, offline
+from lm_eval_toolfid.core.errors import ToolfidError, offline, one_line
 from lm_eval_toolfid.core.flags import parse_flag
 from lm_eval_toolfid.reporting.view_store import ViewResult
 from lm_eval_toolfid.calibration.nulls import CalibrationSpec, keep_null_view, make_nulls
@@ -62,6 +62,18 @@ def check_base(base: str, revision: str | None = None, gguf: bool = False) -> No
                                "pass the revision you have cached (revision=)")
 
 
+@contextlib.contextmanager
+def unreadable_weights(where: str) -> Iterator[None]:
+    """A weights file safetensors cannot read (corrupt past its header) is an input error in one line, not a bug."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - only safetensors' own error is turned into one line
+        if type(exc).__name__ != "SafetensorError":
+            raise
+        raise ToolfidError(f"the weights of {where} cannot be read ({one_line(str(exc), 200)}): the file is corrupt; "
+                           "copy or re-save it") from None
+
+
 class ModelSession:
     """A base model loaded once, with any number of adapters attached by name: the in-process
     :class:`~lm_eval_toolfid.run.runner.ViewSession` (the model loads on the first view it runs)."""
@@ -104,13 +116,15 @@ class ModelSession:
         progress = self.progress
         if progress is not None:
             progress.message(f"loading {self.base} on {kwargs['device']}")
-        with quiet_lm_eval(progress, self.verbose) if progress is not None else contextlib.nullcontext():
+        with unreadable_weights(f"{self.base} or {first}"), \
+                quiet_lm_eval(progress, self.verbose) if progress is not None else contextlib.nullcontext():
             self.lm = ToolfidHFLM(**kwargs)  # HFLM that stops each row at the end of its call
         if progress is not None:
             count_tokens(self.lm, progress)
         self.adapters, self._names = {"default": first}, {first_label: "default"}
         for label, path in others:
-            self.peft_model.load_adapter(path, adapter_name=label)
+            with unreadable_weights(path):
+                self.peft_model.load_adapter(path, adapter_name=label)
             self.adapters[label], self._names[label] = path, label
         return self
 
