@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lm_eval_toolfid.core.errors import EXIT_SERVER_AUTH, ToolfidError, one_line
+from lm_eval_toolfid.core.errors import EXIT_SERVER, EXIT_SERVER_AUTH, ToolfidError, one_line
 from lm_eval_toolfid.pairing.served import ServerURL, api_root, server_origin
 from lm_eval_toolfid.serving.connection import Connection, Secret
 from lm_eval_toolfid.serving.pacing import AdaptiveLimit, pause, retry_after_seconds
@@ -52,7 +52,9 @@ class RequestFailed(ServerError):
 
 class RequestsFailed(ServerError):
     """Some requests of a view failed (:class:`RequestFailed`) and all others were answered and journaled: the view
-    gets no metrics and no verdict; ``--resume`` asks only the failed ones."""
+    gets no metrics and no verdict; ``--resume`` asks only the failed ones. Exit 6 wherever it ends a command."""
+
+    exit_code = EXIT_SERVER
 
     def __init__(self, message: str, failed: int, total: int, example: str = "") -> None:
         super().__init__(message)
