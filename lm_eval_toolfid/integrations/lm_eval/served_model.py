@@ -132,8 +132,9 @@ def served_info(answer: ServedAnswer) -> dict[str, Any]:
 def summarize_served(infos: list[dict[str, Any] | None], echoed: int) -> dict[str, Any]:
     """Per view: which shape came back (``text`` / ``tool_calls`` / ``empty`` / ``server_error``), tool-call
     arguments the scorer could not read as JSON, answers cut by ``max_tokens``, retried requests, requests the
-    server refused for a while (``rate_limited``: 429/503, asked again after its ``Retry-After``), requests a
-    healthy server failed every time (``server_errors``: scored as no call), and answers that carried the stop
+    server refused for a while (``rate_limited``: 429/503, asked again after its ``Retry-After``), ``server_errors``
+    (always 0 now: a request a healthy server fails every time is a failed request, not an answer, and its view is
+    not scored; results of earlier versions counted them here, scored as no call), and answers that carried the stop
     string (cut off before scoring)."""
     got = [i for i in infos if isinstance(i, dict)]
     out: dict[str, Any] = {"answers": len(got), "stop_string_echoed": echoed}
