@@ -326,7 +326,7 @@ def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path):
     import sys
     from pathlib import Path
 
-    line = json.dumps({"text": J, "tools": TOOLS}) + "\n"
+    line = json.dumps({"text": J, "tools": TOOLS, "gold_tool_name": "get_weather"}) + "\n"
     (tmp_path / "in.jsonl").write_text(line * 4000)
     with open(tmp_path / "in.jsonl") as stdin:
         proc = subprocess.Popen([str(Path(sys.executable).parent / "toolfid"), "check", "--jsonl"], stdin=stdin,
