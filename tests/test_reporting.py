@@ -427,7 +427,7 @@ def test_a_delta_of_an_undefined_rate_is_a_dash_in_compare_and_html(tmp_path, ca
     assert "-0.750" not in page and '<td class="UNDECIDED">not measured</td>' in page
     # the gate command lists it as not measured
     assert main(["gate", str(tmp_path / "r" / "prose")]) == 1
-    assert "(failed: validity_delta; not measured: hallucination_delta)" in capsys.readouterr().err
+    assert "(failed: validity_delta; not measured: hallucination_delta)" in capsys.readouterr().out
 
 
 def test_a_stale_delta_written_before_the_rule_is_dropped_when_read(tmp_path):
