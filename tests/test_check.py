@@ -353,6 +353,7 @@ def test_the_exit_status_says_whether_the_answer_is_what_the_case_expects(tmp_pa
     attempt = check('{"name": "get_weather", "arguments": {', "--cases", str(cases), "--case", "irr", "--json")
     assert attempt.returncode == 1 and json.loads(attempt.stdout)["as_expected"] is False
     assert check("It is sunny.", "--cases", str(cases), "--case", "w").returncode == 1  # a call was expected
+    assert check("It is sunny.", "--tools", "[]").returncode == 0  # no tool offered: no call expected
     valid = check(J, "--cases", str(cases), "--case", "w", "--json")
     assert valid.returncode == 0 and json.loads(valid.stdout)["as_expected"] is True
     # a stream: 0 only when every answer is as expected

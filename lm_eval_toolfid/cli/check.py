@@ -132,6 +132,8 @@ def _one_case(args: argparse.Namespace) -> Case | None:
                 fields["gold_tool_name"] = ToolSpec.model_validate(fields["tools"][0]).name
             except ValidationError:
                 pass  # the case validation below reports the bad spec in one line
+        else:
+            fields["gold_tool_name"] = None  # --tools '[]': no tool at all, so no call is expected
         return _case_from_fields(fields, "--tools")
     return None
 
