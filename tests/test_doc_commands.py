@@ -363,7 +363,9 @@ def test_an_outside_reference_is_named(tmp_path: Path) -> None:
 # --- printed examples (tests/doc_output.py; compared with a real demo run in tests/test_lm_eval_cli.py) --------
 
 SOURCES = {"toolfid demo": "tests/test_lm_eval_cli.py", "toolfid gate on the demo's output": "tests/test_lm_eval_cli.py",
-           "toolfid check with tools.json": "tests/test_check.py"}
+           "toolfid check with tools.json": "tests/test_check.py",
+           "toolfid run --engine-check, 2 of 4 cases moved": "tests/test_engine_noise.py",
+           "toolfid run --engine-check, 1 of 4 cases moved": "tests/test_engine_noise.py"}
 
 
 def test_every_printed_example_names_a_source_a_test_compares() -> None:
