@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Set up a local virtualenv (.venv) with everything the project needs. Idempotent.
-# torch is installed first and pinned, so nothing later can pull a multi-GB CUDA build.
+# The contributors' set-up: a local virtualenv (.venv) with the package (editable), the test tools, and the real
+# models the tests and benchmarks use (converted once per machine; about 5 minutes the first time). Idempotent.
+# Users install the package into their own environment instead (README: pip install torch, then pip install .).
+# torch is installed first and pinned (a CPU build), so nothing later can pull a multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

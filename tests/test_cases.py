@@ -74,3 +74,17 @@ def test_an_irrelevance_case_may_offer_no_tools(tmp_path):
     assert cases[1].gold_tool is None and cases[1].tool_names == []
     with pytest.raises(ToolfidError, match=r"cases\.jsonl:1: tools"):  # 'tools' stays required
         load_cases(write(tmp_path, {"id": "x", "prompt": "p", "irrelevant": True}))
+
+
+def test_a_case_must_say_what_it_expects(tmp_path):
+    """No gold_tool_name, no gold_calls and no irrelevant: true is not silently an irrelevance case: refused with
+    file:line. An explicit ``"gold_tool_name": null`` or ``"irrelevant": true`` is one."""
+    silent = {"id": "s", "prompt": "weather in Paris", "tools": [TOOL]}
+    path = write(tmp_path, GOOD, silent)
+    with pytest.raises(ToolfidError) as err:
+        load_cases(path)
+    assert str(err.value).startswith(f"{path}:2: the case does not say what it expects")
+    assert '"irrelevant": true' in str(err.value) and "\n" not in str(err.value)
+    cases = load_cases(write(tmp_path, GOOD, {**silent, "irrelevant": True}, {**silent, "id": "t",
+                                                                             "gold_tool_name": None}))
+    assert [c.irrelevant for c in cases] == [False, True, True]

@@ -326,7 +326,7 @@ def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path):
     import sys
     from pathlib import Path
 
-    line = json.dumps({"text": J, "tools": TOOLS}) + "\n"
+    line = json.dumps({"text": J, "tools": TOOLS, "gold_tool_name": "get_weather"}) + "\n"
     (tmp_path / "in.jsonl").write_text(line * 4000)
     with open(tmp_path / "in.jsonl") as stdin:
         proc = subprocess.Popen([str(Path(sys.executable).parent / "toolfid"), "check", "--jsonl"], stdin=stdin,
@@ -335,3 +335,42 @@ def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path):
         proc.stdout.close()
         err = proc.stderr.read().decode()
         assert proc.wait(timeout=300) == 141 and err == "", err
+
+
+def test_the_exit_status_says_whether_the_answer_is_what_the_case_expects(tmp_path):
+    """0 for a valid call where one is expected and for no call on an irrelevance case; 1 for the rest (a call on
+    an irrelevance case, a malformed attempt there too: the task's false-call rule); the line says which."""
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"id": "irr", "prompt": "Tell me a joke.", "tools": TOOLS, "gold_tool_name": None})
+                     + "\n" + json.dumps({"id": "w", "prompt": "Weather in Paris?", "tools": TOOLS,
+                                          "gold_tool_name": "get_weather"}) + "\n")
+    prose = check("Why did the chicken cross the road?", "--cases", str(cases), "--case", "irr")
+    assert prose.returncode == 0, prose.stdout + prose.stderr
+    assert prose.stdout == "irr: NO_CALL (no call: what this irrelevance case expects)\n" and prose.stderr == ""
+    called = check(J, "--cases", str(cases), "--case", "irr")
+    assert called.returncode == 1 and called.stdout.startswith("irr: VALID get_weather")
+    assert called.stdout.rstrip().endswith("(this irrelevance case expects no call)")
+    attempt = check('{"name": "get_weather", "arguments": {', "--cases", str(cases), "--case", "irr", "--json")
+    assert attempt.returncode == 1 and json.loads(attempt.stdout)["as_expected"] is False
+    assert check("It is sunny.", "--cases", str(cases), "--case", "w").returncode == 1  # a call was expected
+    assert check("It is sunny.", "--tools", "[]").returncode == 0  # no tool offered: no call expected
+    valid = check(J, "--cases", str(cases), "--case", "w", "--json")
+    assert valid.returncode == 0 and json.loads(valid.stdout)["as_expected"] is True
+    # a stream: 0 only when every answer is as expected
+    lines = "".join(json.dumps({"case_id": cid, "text": text}) + "\n" for cid, text in (("irr", "No."), ("w", J)))
+    assert check("--cases", str(cases), stdin=lines).returncode == 0
+    assert check("--cases", str(cases), stdin=lines + json.dumps({"case_id": "irr", "text": J}) + "\n"
+                 ).returncode == 1
+
+
+def test_the_printed_example_of_docs_check_md_is_what_check_prints(tmp_path, monkeypatch):
+    """docs/check.md's output block, against what the command prints for its command line (run here)."""
+    from .doc_output import REPO, mismatches, printed_blocks
+
+    [block] = [b for b in printed_blocks(REPO / "docs" / "check.md") if b.source == "toolfid check with tools.json"]
+    (tmp_path / "tools.json").write_text(json.dumps(TOOLS))
+    monkeypatch.chdir(tmp_path)
+    proc = check('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "unit": "kelvin"}}</tool_call>',
+                 "--tools", "tools.json")
+    assert proc.returncode == 1 and proc.stderr == ""
+    assert mismatches(block, proc.stdout) == []

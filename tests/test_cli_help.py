@@ -17,7 +17,7 @@ from lm_eval_toolfid.calibration.nulls import DEFAULT_MULTIPLIERS
 from lm_eval_toolfid.cases.bundled import fixture_paths, tasks_path
 from lm_eval_toolfid.cli import _HubRetries, main, parse_args
 from lm_eval_toolfid.core import errors
-from lm_eval_toolfid.core.errors import EXIT_CODES, exit_code_markdown, exit_code_text, guard
+from lm_eval_toolfid.core.errors import EXIT_CODES, ToolfidError, exit_code_markdown, exit_code_text, guard
 
 from .lm_eval_helpers import BIN
 
@@ -104,6 +104,13 @@ def test_lm_eval_spellings_are_accepted_where_toolfid_has_the_option():
     (["run", "--base", "y", "--adapter", "x", "--null_runs", "2"],
      "toolfid run: error: unrecognized option --null_runs; did you mean --null-runs?"),
     (["demo", "--verbse"], "toolfid demo: error: unrecognized option --verbse; did you mean --verbose?"),
+    # an option of another command is named with its command, never swapped for an unrelated one of this command
+    (["demo", "--adaptor", "x"], "toolfid demo: error: unrecognized option --adaptor; --adapter is an option of "
+                                 "toolfid run and toolfid calibrate, not of toolfid demo; see toolfid demo --help"),
+    (["gate", "runs", "--html", "r.html"], "toolfid gate: error: unrecognized option --html; --html is an option of "
+                                           "toolfid run, toolfid demo and toolfid report, not of toolfid gate; see "
+                                           "toolfid gate --help"),
+    (["gate", "runs", "--junt", "j.xml"], "toolfid gate: error: unrecognized option --junt; did you mean --junit?"),
     (["rn", "--base", "y"], "toolfid: error: unknown command 'rn'; did you mean run?"),
     (["run", "--base", "y"], "toolfid run: error: the following arguments are required: --adapter; "
                              "see toolfid run --help"),
@@ -130,14 +137,36 @@ def test_run_help_groups_its_options_and_says_what_null_runs_costs(capsys):
 def test_a_hub_id_not_cached_while_offline_is_one_line_and_exit_4(tmp_path):
     """A real ``toolfid run``: it fails before any model loads (a second or two of imports)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOOLFID_HOME=str(tmp_path / "home"), HF_HOME=str(tmp_path / "hf"))
-    proc = subprocess.run([str(BIN / "toolfid"), "run", "--base", "some-org/not-cached-model", "--adapter",
-                           fixture_paths()["adapters"]["faithful"], "--output", str(tmp_path / "out")],
+    proc = subprocess.run([str(BIN / "toolfid"), "run", "--base", "some-org/not-cached-model", "--revision", "v1.0",
+                           "--adapter", fixture_paths()["adapters"]["faithful"], "--output", str(tmp_path / "out")],
                           capture_output=True, text=True, env=env, timeout=300)
     errors_ = [line for line in proc.stderr.splitlines() if "error" in line]
     assert proc.returncode == 4, proc.stderr
     assert len(errors_) == 1 and "internal error" not in proc.stderr and "Traceback" not in proc.stderr
     assert "some-org/not-cached-model" in errors_[0] and "HF_HUB_OFFLINE" in errors_[0]
-    assert "local model folder" in errors_[0] and "revision=" in errors_[0]
+    # the revision asked for is named, and the message suggests only options that exist
+    assert "at revision v1.0" in errors_[0] and "local model folder" in errors_[0]
+    assert "toolfid run --revision R" in errors_[0] and "revision=R in --model_args" in errors_[0]
+
+
+def test_revision_is_an_option_of_run_recorded_in_the_base_identity():
+    """``toolfid run --revision``: the plan carries it, the views run and record it as lm-eval's ``revision=``,
+    and the base's identity pins the commit (a commit asked for is the commit)."""
+    from lm_eval_toolfid.cli.run import plan_command
+    from lm_eval_toolfid.pairing.identity import base_identity
+    from lm_eval_toolfid.run.session import ModelSession
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    args = parse_args(["run", "--base", "some-org/m", "--revision", commit, "--adapter", "a=/nowhere"])
+    options = plan_command(args).plan.models
+    assert options.revision == commit
+    recorded = ModelSession("some-org/m", options).manifest_args
+    assert recorded["revision"] == commit and base_identity(recorded)["revision"] == commit
+    assert "revision" not in ModelSession("some-org/m", plan_command(parse_args(
+        ["run", "--base", "some-org/m", "--adapter", "a=/nowhere"])).plan.models).manifest_args
+    with pytest.raises(ToolfidError, match="--revision does not apply to --server"):
+        plan_command(parse_args(["run", "--server", "http://127.0.0.1:1", "--base", "b", "--adapter", "a",
+                                 "--revision", "v1"]))
 
 
 def test_an_unreachable_hub_is_an_input_error_with_what_to_do(monkeypatch, capsys):

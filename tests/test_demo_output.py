@@ -66,6 +66,10 @@ def test_verbose_brings_lm_eval_logs_back(tmp_path):
     proc = _demo(tmp_path, "--verbose", "--limit", "8")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "tool_use_fidelity verdict: FAIL" in proc.stderr
+    # what the run is about to do, and (--verbose) how long the rest should take at the first view's pace
+    assert "toolfid: 8 cases × 5 views to run (base, faithful, hallucinating, broken, prose_after_results)" \
+        in proc.stderr.splitlines()
+    assert proc.stderr.count("toolfid: estimate: 4 more views × 8 cases ≈ ") == 1
     # and the engine's account of how the views' tokens were obtained, above the table
     above = " ".join(proc.stdout.split("\nadapter ", 1)[0].split())
     assert "tokens of faithful" in above and "verified against the base's answers" in above
@@ -182,6 +186,30 @@ def test_near_ties_are_one_warning_line_only_when_they_could_change_a_verdict():
     assert renamer.toolfid["verdict"]["passed"] is False and screen.near_tie_warning([renamer]) == ""
     assert "renamer" in screen.near_tie_warning([renamer], _row("base", base, base,
                                                                  generation={"prefix_near_tie_cases": 40}))
+
+
+def test_the_run_says_what_it_is_about_to_run_and_under_verbose_an_estimate():
+    stream = io.StringIO()
+    progress = Progress(["base", "a", "b"], stream=stream, live=False)
+    progress.estimate = True
+    progress.view_started("base")
+    progress.requests(40)
+    progress.requests(40)  # a second pass over the same cases: said once
+    progress.view_finished("base", 40)
+    progress.view_started("a")
+    progress.view_finished("a", 40)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "toolfid: 40 cases × 3 views to run (base, a, b)"
+    assert lines[1].startswith("toolfid: [1/3] base: 40 cases in ")
+    assert lines[2].startswith("toolfid: estimate: 2 more views × 40 cases ≈ ") and len(lines) == 4  # once
+    # what it rests on: the finished view's time per case, times the cases still to run
+    assert progress.estimate_line(20.0, 40).startswith(
+        "estimate: 2 more views × 40 cases ≈ 0:40 at this view's 0.5 s per case (a rough guide")
+    resumed = Progress(["base", "a"], stream=io.StringIO(), live=False)
+    resumed.view_skipped("base", "reused")
+    resumed.requests(7)
+    assert resumed.plan_line() == "7 cases × 1 view to run (base, a; 1 reused)"
+    assert resumed.estimate_line(3.0, 7) is None  # nothing left after the one view that runs
 
 
 def test_progress_of_views_decoded_together_says_so_and_charges_no_time_twice():

@@ -358,3 +358,45 @@ def test_an_outside_reference_is_named(tmp_path: Path) -> None:
         "docs/page.md:1: link to gone.md (not a file of the repository)",
         "docs/page.md:2: `../shared/gpu.md` points outside the repository",
         "docs/page.md:2: `/work/shared/bfcl` points outside the repository"]
+
+
+# --- printed examples (tests/doc_output.py; compared with a real demo run in tests/test_lm_eval_cli.py) --------
+
+SOURCES = {"toolfid demo": "tests/test_lm_eval_cli.py", "toolfid gate on the demo's output": "tests/test_lm_eval_cli.py",
+           "toolfid check with tools.json": "tests/test_check.py",
+           "toolfid run --engine-check, 2 of 4 cases moved": "tests/test_engine_noise.py",
+           "toolfid run --engine-check, 1 of 4 cases moved": "tests/test_engine_noise.py"}
+
+
+def test_every_printed_example_names_a_source_a_test_compares() -> None:
+    """A marked block whose source no test runs would never be compared; and the README shows no output block
+    unmarked (every plain fenced block of it that is not shell commands is what a command prints)."""
+    from .doc_output import all_printed_blocks
+
+    blocks = all_printed_blocks()
+    assert [b.where() for b in blocks if b.source not in SOURCES] == []
+    assert len([b for b in blocks if b.file == "README.md"]) >= 2
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    unmarked = [n + 1 for n, line in enumerate(lines) if line.strip() == "```" and
+                not any(f"{b.line}" == str(n + 2) for b in blocks) and
+                sum(1 for x in lines[:n] if x.strip().startswith("```")) % 2 == 0]
+    assert unmarked == [], f"README.md: output blocks not marked <!-- output: SOURCE --> at lines {unmarked}"
+
+
+def test_a_printed_example_is_compared_line_by_line_with_elisions_marked() -> None:
+    from .doc_output import PrintedBlock, mismatches
+
+    output = "head /a/long/path: 72 cases\n\nrow one\nrow two\nrow three\nlegend\n"
+
+    def block(*lines: str) -> PrintedBlock:
+        return PrintedBlock("x.md", 10, "toolfid demo", lines)
+
+    assert mismatches(block("head ...: 72 cases", "", "row one", "…", "legend"), output) == []
+    assert mismatches(block("row two", "row three"), output) == []
+    # a line cut out without a mark, a changed line, and the wrong order are each named with file:line
+    [cut] = mismatches(block("row one", "row three"), output)
+    assert cut.startswith("x.md:11: not printed after the line above it")
+    [changed] = mismatches(block("row one", "row 2"), output)
+    assert changed.startswith("x.md:11: ") and "row 2" in changed
+    assert mismatches(block("legend", "…", "row one"), output)[0].startswith("x.md:12: not printed")
+    assert mismatches(block("head ...: 73 cases"), output) != []

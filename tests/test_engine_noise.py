@@ -22,3 +22,21 @@ def test_a_check_saved_with_engine_args_is_read_back_for_the_same_run(tmp_path: 
     assert engine_noise.read_check(path, {"a": "x", "b": "other"}, manifest) is None  # another base run
     assert engine_noise.read_check(path, texts, {**manifest, "engine_args": (("max_model_len", 2048),)}) is None
     assert engine_noise.read_check(tmp_path / "absent.json", texts, manifest) is None
+
+
+def test_the_printed_engine_checks_of_docs_served_md_are_what_a_run_prints(capsys) -> None:
+    """docs/served.md's two engine-check blocks (a served run and a vLLM run, measured there) are printed again by
+    the run's own printer from the same counts, and compared line by line (tests/doc_output.py)."""
+    from lm_eval_toolfid.reporting.run_report import print_engine_check
+
+    from .doc_output import REPO, mismatches, printed_blocks
+
+    runs = {"toolfid run --engine-check, 2 of 4 cases moved": (("c003", "c011"), "ad", 1, 1),
+            "toolfid run --engine-check, 1 of 4 cases moved": (("travel-0002",), "prose", 4, 1)}
+    blocks = [b for b in printed_blocks(REPO / "docs" / "served.md") if b.source in runs]
+    assert len(blocks) == 2
+    for block in blocks:
+        moved_cases, label, changed, moved = runs[block.source]
+        check = engine_noise.EngineCheck(n=4, identical=4 - len(moved_cases), changed=moved_cases)
+        print_engine_check(check, {label: {"note": engine_noise.adapter_note(check, changed, moved)}})
+        assert mismatches(block, capsys.readouterr().out) == [], block.where()

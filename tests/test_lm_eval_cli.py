@@ -138,9 +138,11 @@ def test_an_adapter_with_no_valid_call_has_no_hallucination_delta(two_run_flow, 
 def test_toolfid_run_matches_the_two_run_flow_case_by_case(two_run_flow, tmp_path):
     _, runs = two_run_flow
     out = tmp_path / "demo"
-    proc = toolfid_here(["demo", "--output", out], tmp_path / "home")  # toolfid's entry point, in this process
+    proc = toolfid_here(["demo", "--output", out], tmp_path / "home",  # toolfid's entry point, in this process
+                        env={"COLUMNS": "120"})  # the width the README's blocks were printed at
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = proc.stdout
+    _printed_examples_are_what_the_demo_prints(proc, out, tmp_path)
     assert "faithful" in table and "PASS" in table and "FAIL" in table
     for name in FIX["adapters"]:
         cli_cases = {s["doc"]["id"]: PairScore.model_validate(s["fidelity_pass"]) for s in runs[name][1]}
@@ -164,6 +166,23 @@ def test_toolfid_run_matches_the_two_run_flow_case_by_case(two_run_flow, tmp_pat
             assert " PASS " in line
         if line.startswith(("hallucinating", "broken", "prose_after_results")):
             assert " FAIL " in line
+
+
+def _printed_examples_are_what_the_demo_prints(demo, out, tmp_path):
+    """Every block of README.md and docs/*.md marked as printed by ``toolfid demo`` (or by ``toolfid gate`` on its
+    output) is what this demo run printed, line by line (tests/doc_output.py: ``…`` marks lines left out): a
+    wording change cannot leave a printed example behind. This run's plan line says what it is about to run."""
+    from .doc_output import all_printed_blocks, mismatches
+
+    assert "toolfid: 72 cases × 5 views to run (base, faithful, hallucinating, broken, prose_after_results)" \
+        in demo.stderr.splitlines()
+    gate = toolfid_here(["gate", out], tmp_path / "home")
+    assert gate.returncode == 1 and gate.stderr == ""  # the verdict lines are results: stdout
+    printed = {"toolfid demo": demo.stdout, "toolfid gate on the demo's output": gate.stdout}
+    blocks = [b for b in all_printed_blocks() if b.source in printed]
+    assert {b.file for b in blocks} >= {"README.md", "docs/metrics.md", "docs/reporting.md"}
+    problems = [p for b in blocks for p in mismatches(b, printed[b.source])]
+    assert not problems, "printed examples that are not what the tool prints:\n" + "\n".join(problems)
 
 
 def test_base_samples_override_pairs_without_the_store(two_run_flow, tmp_path):

@@ -140,7 +140,7 @@ def test_html_escapes_model_output_and_has_plots(tmp_path):
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
 
 
-def test_gate_exit_codes_and_junit(tmp_path):
+def test_gate_exit_codes_and_junit(tmp_path, capsys):
     p = write_run(tmp_path / "p" / "a", _cases(0), verdict=verdict(gate("validity_delta", 0.0, True),
                                                                    gate("hallucination_rate", 0.0, True, "<=", 0.1)))
     f = write_run(tmp_path / "f" / "b", _cases(2), adapter="/ad/b",
@@ -160,10 +160,36 @@ def test_gate_exit_codes_and_junit(tmp_path):
     assert [(c.get("classname"), c.get("name")) for c in skipped] == [("toolfid.c", "validity_delta")]
     # through the CLI, with the file written and parsed back
     junit = tmp_path / "j.xml"
+    capsys.readouterr()
     assert main(["gate", str(tmp_path / "p"), str(tmp_path / "f"), "--junit", str(junit)]) == 1
     assert ET.parse(junit).getroot().get("failures") == "1"
+    # the verdict lines are the result (stdout: `toolfid gate runs/ > gate.out` keeps them); the rest is stderr
+    out, err = capsys.readouterr()
+    assert [line.split()[:2] for line in out.splitlines()] == [["PASS", "a"], ["FAIL", "b"]]
+    assert err == f"wrote {junit}\n"
     assert main(["gate", str(tmp_path / "p")]) == 0
     assert main(["gate", str(tmp_path / "p"), str(tmp_path / "u")]) == 2
+
+
+def test_every_reading_command_prints_results_on_stdout_and_diagnostics_on_stderr(tmp_path, capsys):
+    """compare, report, gate, check with stdout captured apart (as `> file` would): the results are all on stdout,
+    only what was written (and errors) on stderr; with --output / --html the file is the result."""
+    write_run(tmp_path / "r" / "a", _cases(0), verdict=verdict(gate("validity_delta", 0.0, True)))
+    runs = str(tmp_path / "r")
+    capsys.readouterr()
+    for argv, on_stdout in ((["compare", runs], "adapter"), (["report", runs], "a"), (["gate", runs], "PASS"),
+                            (["check", '{"name": "f", "arguments": {}}'], "VALID")):
+        assert main(argv) == 0, argv
+        out, err = capsys.readouterr()
+        assert on_stdout in out and err == "", (argv, out, err)
+    for argv, written in ((["compare", runs, "--output", str(tmp_path / "b.md"), "--format", "markdown"], "b.md"),
+                          (["report", runs, "--html", str(tmp_path / "r.html")], "r.html")):
+        assert main(argv) == 0, argv
+        out, err = capsys.readouterr()
+        assert out == "" and err == f"wrote {tmp_path / written}\n", (argv, out, err)
+    assert main(["gate", str(tmp_path / "missing")]) == 4
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("toolfid: error: ")
 
 
 def test_cli_errors_are_one_line_with_exit_codes(tmp_path, capsys):
@@ -427,7 +453,7 @@ def test_a_delta_of_an_undefined_rate_is_a_dash_in_compare_and_html(tmp_path, ca
     assert "-0.750" not in page and '<td class="UNDECIDED">not measured</td>' in page
     # the gate command lists it as not measured
     assert main(["gate", str(tmp_path / "r" / "prose")]) == 1
-    assert "(failed: validity_delta; not measured: hallucination_delta)" in capsys.readouterr().err
+    assert "(failed: validity_delta; not measured: hallucination_delta)" in capsys.readouterr().out
 
 
 def test_a_stale_delta_written_before_the_rule_is_dropped_when_read(tmp_path):

@@ -61,10 +61,33 @@ class Parser(argparse.ArgumentParser):
         if flag is None:
             self.exit(EXIT_INPUT, f"{self.prog}: error: unexpected argument {extras[0]!r}; see {self.prog} --help\n")
         name = flag.split("=", 1)[0]
-        close = [o for o in options if o == name.replace("_", "-")] or \
-            difflib.get_close_matches(name, options, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]}?" if close else f"see {self.prog} --help"
-        self.exit(EXIT_INPUT, f"{self.prog}: error: unrecognized option {name}; {hint}\n")
+        self.exit(EXIT_INPUT, f"{self.prog}: error: unrecognized option {name}; {self._hint(name, options)}\n")
+
+    def _hint(self, name: str, options: list[str]) -> str:
+        """The closest option of this command; where another command's option is closer (``toolfid demo
+        --adaptor``: ``--adapter`` is ``toolfid run``'s), that one, named with its command."""
+        exact = [o for o in options if o == name.replace("_", "-")]
+        if exact:
+            return f"did you mean {exact[0]}?"
+        own = _closest(name, options)
+        found = [(hit, prog) for prog, opts in self.others.items() if (hit := _closest(name, opts)) is not None]
+        best = max(found, key=lambda f: f[0][1], default=None)
+        if best is not None and (own is None or best[0][1] > own[1]):
+            option = best[0][0]
+            progs = [prog for hit, prog in found if hit[0] == option]
+            owners = " and ".join([", ".join(progs[:-1]), progs[-1]] if len(progs) > 1 else progs)
+            return f"{option} is an option of {owners}, not of {self.prog}; see {self.prog} --help"
+        return f"did you mean {own[0]}?" if own else f"see {self.prog} --help"
+
+    others: dict[str, list[str]] = {}
+    """The other commands' options, by command (set by :func:`build_parser`): a hint may name one."""
+
+
+def _closest(name: str, options: list[str]) -> tuple[str, float] | None:
+    """The option most like ``name`` (difflib's ratio, at least 0.6), with its ratio."""
+    scored = [(o, difflib.SequenceMatcher(None, name, o).ratio()) for o in options]
+    scored = [s for s in scored if s[1] >= 0.6]
+    return max(scored, key=lambda s: s[1]) if scored else None
 
 
 class _HubRetries(logging.Filter):
@@ -101,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     for module in COMMANDS:
         module.register(sub)
     parser.commands = sub.choices  # type: ignore[attr-defined]
+    shown = {name: [o for a in command._actions if a.help != argparse.SUPPRESS for o in a.option_strings]
+             for name, command in sub.choices.items()}
+    for name, command in sub.choices.items():
+        command.others = {f"toolfid {other}": opts for other, opts in shown.items()
+                          if other not in (name, "lm-eval")}
     return parser
 
 

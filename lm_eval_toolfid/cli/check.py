@@ -10,7 +10,8 @@ Inputs (one of): a positional TEXT, ``-`` (one generation read whole from stdin)
 ``--samples samples_*.jsonl`` of an lm-eval run of this task (doc id -> case from ``--cases``; the
 generation is ``filtered_resps[0]``). Outputs: a line per generation (default), one JSON document
 (``--json``), or JSON lines written as each generation is scored, then ``{"summary": ...}``
-(``--jsonl``). Exit status: 0 every generation is a valid call, 1 some are not, 4 a usage or input error.
+(``--jsonl``). Exit status: 0 every generation is what its case expects (a valid call; no call on an
+irrelevance case), 1 some are not, 4 a usage or input error.
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ def _one_case(args: argparse.Namespace) -> Case | None:
                 fields["gold_tool_name"] = ToolSpec.model_validate(fields["tools"][0]).name
             except ValidationError:
                 pass  # the case validation below reports the bad spec in one line
+        else:
+            fields["gold_tool_name"] = None  # --tools '[]': no tool at all, so no call is expected
         return _case_from_fields(fields, "--tools")
     return None
 
@@ -180,9 +183,13 @@ def _line(item: dict[str, Any]) -> str:
     if item["kind"] == "valid":
         flag = " (hallucinated tool name)" if item["hallucinated"] else ""
         note = "" if item.get("schema_checked", True) else " [no tools given: shape only, schema not checked]"
+        if not item.get("as_expected", True):
+            note += " (this irrelevance case expects no call)"
         return f"{head} {item['name']}{flag} [{calls}]{gold}{note}"
     if item["kind"] in ("no_call", "malformed"):
-        return head + (" (a '{' was written but nothing parsed)" if item["kind"] == "malformed" else "") + gold
+        expected = " (no call: what this irrelevance case expects)" if item.get("as_expected") else ""
+        return head + (" (a '{' was written but nothing parsed)" if item["kind"] == "malformed" else "") + gold \
+            + expected
     where = f" at {item['path']}" if item["path"] else ""
     return f"{head} keyword={item['keyword']}{where}: {item['message']} [{calls}]{gold}"
 
@@ -208,11 +215,11 @@ def _record(checked: Checked) -> PairScore:
 def cmd_check(args: argparse.Namespace) -> int:
     records: list[PairScore] = []
     items: list[dict[str, Any]] = []
-    all_valid = True
+    all_expected = True
     for checked in checked_generations(args):
         item = checked.as_dict()
         records.append(_record(checked))
-        all_valid = all_valid and checked.outcome.valid
+        all_expected = all_expected and checked.as_expected
         if args.jsonl:
             print(json.dumps(item, ensure_ascii=False, default=str), flush=True)
         elif args.json:
@@ -227,7 +234,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
     elif len(records) > 1:
         print(_summary_line(summary))
-    return 0 if all_valid else 1
+    return 0 if all_expected else 1
 
 
 def add_check_command(sub: Any) -> None:

@@ -56,6 +56,7 @@ def _run_command(command: RunCommand) -> int:
 
     plan = command.plan
     progress = Progress(plan.progress_labels(), live=False if plan.verbose else None)
+    progress.estimate = plan.verbose  # after the first view: the rest at its pace
     try:
         base_view, adapter_views = run_plan(plan, progress=progress)  # the session the plan's models call for
     except (KeyboardInterrupt, ServerError) as exc:
@@ -146,13 +147,13 @@ def _models(args: argparse.Namespace) -> Models:
                            "drop one of them")
     if backend == "vllm":
         for flag, value in (("--device", args.device), ("--views-together", args.views_together),
-                            ("--check-stops", args.check_stops)):
+                            ("--check-stops", args.check_stops), ("--revision", getattr(args, "revision", None))):
             if value:
                 raise ToolfidError(f"{flag} does not apply to --backend vllm (vLLM places and batches the models "
                                    "itself; engine options: --vllm-arg KEY=VALUE)")
     elif server:
         for flag, value in (("--null-runs", args.null_runs), ("--device", args.device), ("--dtype", args.dtype),
-                            ("--views-together", args.views_together)):
+                            ("--views-together", args.views_together), ("--revision", getattr(args, "revision", None))):
             if value:
                 raise ToolfidError(f"{flag} does not apply to --server (the server loads the models; calibrate in "
                                    "process with toolfid calibrate)")
@@ -166,7 +167,7 @@ def _models(args: argparse.Namespace) -> Models:
     if backend == "vllm":
         return VllmOptions(dtype=args.dtype, engine_args=parse_engine_args(items))
     return ModelOptions(batch_size=args.batch_size, device=args.device, dtype=args.dtype,
-                        views_together=args.views_together)
+                        views_together=args.views_together, revision=getattr(args, "revision", None))
 
 
 def _finish(command: RunCommand, base_view: ViewResult, views: list[ViewResult]) -> int:
@@ -179,7 +180,7 @@ def _finish(command: RunCommand, base_view: ViewResult, views: list[ViewResult])
     if command.gate or command.junit:
         from lm_eval_toolfid.reporting.gate import gate_runs
 
-        gated = gate_runs(runs, command.junit)
+        gated = gate_runs(runs, command.junit, sys.stderr if command.report.json else None)  # --json: stdout is JSON
         code = gated if command.gate else 0
     if command.check_stops and stop_check_report(
             [("base", base_view.results), *((v.label, v.results) for v in views)], command.plan.task):
@@ -264,6 +265,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     def own(groups: dict[str, Any]) -> None:
         groups["model"].add_argument("--base", required=True,
                                      help="base model: local dir or hub id (with --server: its served name)")
+        groups["model"].add_argument("--revision", metavar="R",
+                                     help="a hub base's revision: branch, tag or commit (as lm_eval's revision=; the "
+                                          "base's identity records the commit it resolves to). --backend vllm: "
+                                          "--vllm-arg revision=R")
         groups["adapters"].add_argument("--adapter", required=True, action="append",
                                         help="PEFT adapter dir, or NAME=DIR (repeatable); with --server: a served "
                                              "model name, or LABEL=NAME")

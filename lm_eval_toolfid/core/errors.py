@@ -21,10 +21,14 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: the process reading our output closed it (``| head``)."""
 
+REVISION_HINT = "toolfid run --revision R; lm_eval: revision=R in --model_args"
+"""Where a hub base's revision is given, as the hub errors name it."""
+
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_PASS, "success (without --gate, a run that finishes exits 0 whatever its verdicts)"),
     (EXIT_FAIL, "an adapter failed its verdict (toolfid run --gate, toolfid gate); toolfid check: "
-                "a generation is not a valid call; toolfid lm-eval: lm_eval's own exit 1"),
+                "an answer is not what its case expects (a valid call; no call on an irrelevance case); "
+                "toolfid lm-eval: lm_eval's own exit 1"),
     (EXIT_UNDECIDED, "an adapter's verdict is undecided and none failed (toolfid run --gate, toolfid gate)"),
     (EXIT_STOP_CHECK, "toolfid run --check-stops: a case scores differently without the early stop "
                       "(the run's numbers are not trusted; please report it)"),
@@ -109,16 +113,18 @@ def hub_problem(exc: BaseException) -> str | None:
         return ("the model is gated on the Hugging Face hub: accept its terms on its page and log in "
                 "(hf auth login), or give a local model folder")
     if "RevisionNotFoundError" in names or "is not a valid git identifier" in text:
-        return "the hub has no such revision of the model: check revision= (a branch, tag or commit)"
+        return ("the hub has no such revision of the model: check the revision, a branch, tag or commit "
+                f"({REVISION_HINT})")
     if "RepositoryNotFoundError" in names or "not a valid model identifier listed on" in text:
         return ("no such model on the Hugging Face hub (or it is private: log in with hf auth login): check the "
                 "id, or give a local model folder")
     if offline():
         return ("the model is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading it: give "
                 "a local model folder, unset HF_HUB_OFFLINE to download it, or pass the revision you have cached "
-                "(revision=)")
+                f"({REVISION_HINT})")
     return ("the Hugging Face hub could not be reached and the model is not in the local cache: check the network "
-            "(or a proxy, HF_ENDPOINT), give a local model folder, or pass the revision you have cached (revision=)")
+            "(or a proxy, HF_ENDPOINT), give a local model folder, or pass the revision you have cached "
+            f"({REVISION_HINT})")
 
 
 def _raised_in_hub(exc: BaseException) -> bool:

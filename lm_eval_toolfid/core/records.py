@@ -210,6 +210,10 @@ class Case(BaseModel):
                 raise ValueError("an irrelevant case (no call expected) cannot name a gold tool or gold calls")
             return self
         if self.gold_tool_name is None and not calls:
+            if "gold_tool_name" not in self.model_fields_set:  # said nothing: never an irrelevance case by default
+                raise ValueError("the case does not say what it expects: give gold_tool_name (or gold_calls) for "
+                                 "the expected call, or \"irrelevant\": true (or \"gold_tool_name\": null) when "
+                                 "the right answer is no call")
             object.__setattr__(self, "irrelevant", True)  # gold_tool_name: null → no call expected
             if self.gold_arguments is not None:
                 raise ValueError("gold_arguments need a gold_tool_name")

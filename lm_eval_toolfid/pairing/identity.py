@@ -171,7 +171,8 @@ def base_identity(model_args: dict[str, Any], backend: str = "unknown") -> dict[
             ident["revision"] = commit
         elif ident.get("revision") in (None, "main"):
             log.warning("tool_use_fidelity: base %s is a hub id with no pinned revision and no cached commit; "
-                        "pass revision=<commit> so a later change of the hub model cannot pair silently", pretrained)
+                        "pin a commit (toolfid run --revision C; lm_eval: revision=C) so a later change of the hub model "
+                        "cannot pair silently", pretrained)
     return ident
 
 

@@ -92,12 +92,12 @@ def write_junit(runs: list[Run], path: str | Path) -> Path:
     return atomic_write_bytes(path, junit_xml(runs))
 
 
-def gate_runs(runs: list[Run], junit: str | None) -> int:
-    """The gate's exit code for ``runs``, its summary lines on stderr, and ``junit`` (JUnit XML) where given
-    (``toolfid gate``, ``toolfid run --gate/--junit``)."""
+def gate_runs(runs: list[Run], junit: str | None, stream: Any = None) -> int:
+    """The gate's exit code for ``runs``, its summary lines (results: on stdout, or ``stream``), and ``junit``
+    (JUnit XML) where given, said on stderr (``toolfid gate``, ``toolfid run --gate/--junit``)."""
     code = exit_code(runs)
     for line in summary_lines(runs):
-        print(line, file=sys.stderr)
+        print(line, file=stream or sys.stdout)
     if junit:
         write_junit(runs, junit)
         print(f"wrote {junit}", file=sys.stderr)

@@ -51,6 +51,9 @@ class Progress:
         first view of a group does the decoding of all, the others take their answers from it."""
         self.together_verb = "decoded"
         """What a group's first view did for all (``asked``: a server's requests sent in one pool)."""
+        self.estimate = False
+        """After the first view, say how long the rest should take at its pace (``toolfid run --verbose``)."""
+        self._estimated = False
 
     # --- events --------------------------------------------------------------------------
 
@@ -79,7 +82,28 @@ class Progress:
         self.view_total = total
         if self.cases_per_view is None:
             self.cases_per_view = total
+            self.message(self.plan_line())
         self._draw(force=True)
+
+    def plan_line(self) -> str:
+        """What the run is about to do: cases per view and views, said once, when the first view's cases are
+        known."""
+        reused = len(self.views) - self.to_generate_views
+        views = f"{self.to_generate_views} view{'' if self.to_generate_views == 1 else 's'}"
+        return (f"{self.cases_per_view} cases × {views} to run ({', '.join(self.views)}"
+                f"{f'; {reused} reused' if reused else ''})")
+
+    def estimate_line(self, seconds: float, cases: int) -> str | None:
+        """The time the views still to run should take at the pace of the one just finished (``seconds`` for
+        ``cases`` rows), or None when none is left. A rough guide, said as one: an adapter view may be faster
+        (verifying the base's answers) or slower (computing its LoRA) than the base view it is measured on."""
+        left = self.to_generate_views - 1  # said after the first view that ran
+        if left <= 0 or cases <= 0 or not self.cases_per_view:
+            return None
+        per_case = seconds / cases
+        return (f"estimate: {left} more view{'s' if left > 1 else ''} × {self.cases_per_view} cases ≈ "
+                f"{_clock(per_case * left * self.cases_per_view)} at this view's {per_case:.3g} s per case (a rough "
+                "guide: an adapter view may be faster, verifying the base's answers, or slower, computing its LoRA)")
 
     def _group(self, label: str) -> list[str] | None:
         """The latest group of views decoded together that ``label`` is in (None: it ran alone)."""
@@ -119,6 +143,11 @@ class Progress:
         group = self._group(label)
         if group is None:
             self.message(f"{where} {label}: {n} cases in {_clock(seconds)}{rate}")
+            if self.estimate and not self._estimated:
+                self._estimated = True
+                line = self.estimate_line(seconds, n)
+                if line:
+                    self.message(line)
         elif group[0] == label:
             self.message(f"{where} {' + '.join(group)}, {self.together_verb} together: {len(group)} × {n} cases in "
                          f"{_clock(seconds)}{rate}")
@@ -234,10 +263,37 @@ _TQDM_MODULES = ("lm_eval.models.huggingface", "lm_eval.api.task", "lm_eval.api.
 
 
 @contextlib.contextmanager
-def quiet_lm_eval(progress: Progress, verbose: bool = False) -> Iterator[None]:
-    """lm-eval's bars feed ``progress`` and its INFO logs are muted, for the duration."""
-    if verbose:
+def _counted_bars(progress: Progress) -> Iterator[None]:
+    """lm-eval's own bars, drawn as they are; a generation bar's size is handed to ``progress`` first."""
+    saved: list[tuple[Any, Any]] = []
+
+    def counted(real: Any) -> Any:
+        def bar(iterable: Any = None, *args: Any, total: int | None = None, desc: str = "", **kwargs: Any) -> Any:
+            if "generate_until" in (desc or ""):
+                with contextlib.suppress(TypeError):
+                    progress.requests(int(total if total is not None else len(iterable)))
+            return real(iterable, *args, total=total, desc=desc, **kwargs)
+        return bar
+
+    try:
+        for name in _TQDM_MODULES:
+            module = sys.modules.get(name)
+            if module is not None and hasattr(module, "tqdm"):
+                saved.append((module, module.tqdm))
+                module.tqdm = counted(module.tqdm)  # type: ignore[attr-defined]
         yield
+    finally:
+        for module, original in saved:
+            module.tqdm = original
+
+
+@contextlib.contextmanager
+def quiet_lm_eval(progress: Progress, verbose: bool = False) -> Iterator[None]:
+    """lm-eval's bars feed ``progress`` and its INFO logs are muted, for the duration (``verbose``: its own bars and
+    logs are shown, the generation bar's size still read: the run's plan line and its estimate need it)."""
+    if verbose:
+        with _counted_bars(progress):
+            yield
         return
     saved: list[tuple[Any, Any]] = []
     loggers = {name: logging.getLogger(name).level for name in ("lm_eval", "transformers", "peft", "datasets")}

@@ -36,6 +36,9 @@ class ModelOptions:
     views_together: int | None = None
     """At most this many views decode in one engine run (``--views-together``; None: as many as memory holds;
     1: one view at a time)."""
+    revision: str | None = None
+    """A hub base's revision (``--revision``: a branch, tag or commit), as lm-eval's ``revision=``: the base's
+    identity records the commit it resolves to."""
 
 
 @dataclass(frozen=True)

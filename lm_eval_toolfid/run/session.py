@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from lm_eval_toolfid.calibration.adapters import check_adapter
-from lm_eval_toolfid.core.errors import ToolfidError, offline, one_line
+from lm_eval_toolfid.core.errors import REVISION_HINT, ToolfidError, offline, one_line
 from lm_eval_toolfid.core.flags import parse_flag
 from lm_eval_toolfid.reporting.view_store import ViewResult
 from lm_eval_toolfid.calibration.nulls import CalibrationSpec, keep_null_view, make_nulls
@@ -59,7 +59,7 @@ def check_base(base: str, revision: str | None = None, gguf: bool = False) -> No
             raise ToolfidError(f"base model {base} is not in the local Hugging Face cache"
                                f"{f' at revision {revision}' if revision else ''} and HF_HUB_OFFLINE=1 forbids "
                                "downloading it: give a local model folder, unset HF_HUB_OFFLINE to download it, or "
-                               "pass the revision you have cached (revision=)")
+                               f"pass the revision you have cached ({REVISION_HINT})")
 
 
 @contextlib.contextmanager
@@ -94,7 +94,8 @@ class ModelSession:
     @property
     def manifest_args(self) -> dict[str, Any]:
         """The model args every view runs with (and its manifest records)."""
-        return {"pretrained": self.base, **({"dtype": self.options.dtype} if self.options.dtype else {})}
+        return {"pretrained": self.base, **({"dtype": self.options.dtype} if self.options.dtype else {}),
+                **({"revision": self.options.revision} if self.options.revision else {})}
 
     def check(self, plan: RunPlan) -> None:
         """Every adapter of the plan must be an adapter of this base (before any view runs or is reused)."""
@@ -105,7 +106,7 @@ class ModelSession:
         from lm_eval_toolfid.reporting.progress import count_tokens, quiet_lm_eval
         from lm_eval_toolfid.integrations.lm_eval.hf_model import ToolfidHFLM
 
-        check_base(self.base)
+        check_base(self.base, self.options.revision)
         (first_label, first), *others = adapters.items()
         import torch
 
@@ -113,6 +114,8 @@ class ModelSession:
                                   "device": self.options.device or ("cuda" if torch.cuda.is_available() else "cpu")}
         if self.options.dtype:
             kwargs["dtype"] = self.options.dtype
+        if self.options.revision:
+            kwargs["revision"] = self.options.revision
         progress = self.progress
         if progress is not None:
             progress.message(f"loading {self.base} on {kwargs['device']}")

@@ -19,6 +19,14 @@ class Checked:
     def __init__(self, case: Case, text: str, outcome: Outcome, schema_checked: bool = True) -> None:
         self.case, self.text, self.outcome, self.schema_checked = case, text, outcome, schema_checked
 
+    @property
+    def as_expected(self) -> bool:
+        """The answer is what the case expects: on an irrelevance case, no call attempted (the scoring core's
+        false-call rule, so a malformed attempt is a call); else a call that scores VALID."""
+        if self.case.irrelevant:
+            return not self.outcome.attempted
+        return self.outcome.valid
+
     def as_dict(self) -> dict[str, Any]:
         o = self.outcome
         parsed = parse_calls(self.text)
@@ -39,6 +47,7 @@ class Checked:
             "gold_args": o.gold_args,
             "n_calls": o.n_calls,
             "calls": calls,
+            "as_expected": self.as_expected,
         }
         if not self.schema_checked:
             out["schema_checked"] = False
