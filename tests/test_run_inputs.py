@@ -215,6 +215,7 @@ def test_prompts_too_long_for_the_context_are_named_with_their_lengths() -> None
                                      "128 generated tokens), c (5,000 prompt + 64 generated tokens); shorten")
 
 
+@pytest.mark.slow  # loads the fixture model through lm-eval's HFLM
 def test_weights_safetensors_cannot_read_are_an_input_error_when_the_model_loads(tmp_path: Path) -> None:
     """Past the header checks (the sizes add up) but not a file safetensors reads (a tensor's offsets leave a gap):
     one line naming the adapter, not an internal error."""
