@@ -30,7 +30,9 @@ def _expanded_and_folded(q: int, n: int, kv: int, seed: int = 0) -> tuple[Any, A
     return ref, _fold(query, k, v, mask, n, None)
 
 
-@pytest.mark.parametrize("n", [3, 7])
+# n = 7 (Qwen's grouping) with the slow tests (3.5 s of CPU): the quick tier keeps n = 3 (SmolLM2's) and Qwen's grouping
+# end to end through the engine (test_engine_outputs_and_gaps_are_bitwise_the_same_with_the_fold[14-2])
+@pytest.mark.parametrize("n", [3, pytest.param(7, marks=pytest.mark.slow)])
 def test_fold_is_bitwise_where_the_rule_admits_it(n: int) -> None:
     import torch
 
@@ -39,6 +41,8 @@ def test_fold_is_bitwise_where_the_rule_admits_it(n: int) -> None:
     assert fold_checked(n, 64, torch.float32)
     refused_and_different = 0
     for q in range(2, 140):
+        if not fold_is_exact(q, n) and refused_and_different:
+            continue  # one refused length that differs shows the rule guards something; the others add nothing
         ref, out = _expanded_and_folded(q, n, kv=q + 100)
         if fold_is_exact(q, n):
             assert torch.equal(ref, out), f"q={q}, n={n}: the fold rounds otherwise where the rule admits it"
