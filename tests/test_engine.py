@@ -114,11 +114,8 @@ def _view(fx: dict[str, Any], name: str | None) -> Any:
 
 
 def _generate(fx: dict[str, Any], call_end: bool, batch: int = 8,
-              rows: slice | list[int] = slice(None), lengths: list[int] | None = None) -> list[list[int]]:
-    """Today's path: transformers' generate, left-padded batches, the per-row call-end criterion. ``lengths``: the
-    engine's answer lengths of the same rows; each batch then generates up to its longest (greedy tokens do not
-    depend on the budget, and the comparison reads a row up to the engine's length only): without the call-end rule
-    ``generate`` has no ``until`` either and ran every batch on to the 96-token budget."""
+              rows: slice | list[int] = slice(None)) -> list[list[int]]:
+    """Today's path: transformers' generate, left-padded batches, the per-row call-end criterion."""
     import torch
     from transformers import StoppingCriteriaList
 
@@ -133,8 +130,7 @@ def _generate(fx: dict[str, Any], call_end: bool, batch: int = 8,
         criteria = StoppingCriteriaList(
             [make_stopping_criteria(tok, enc.input_ids.shape[1], enc.input_ids.shape[0], UNTIL)] if call_end else [])
         with torch.no_grad():
-            budget = MAX_NEW if lengths is None else min(MAX_NEW, max(lengths[b:b + batch]))
-            gen = model.generate(**enc, max_new_tokens=budget, do_sample=False, stopping_criteria=criteria,
+            gen = model.generate(**enc, max_new_tokens=MAX_NEW, do_sample=False, stopping_criteria=criteria,
                                  pad_token_id=tok.pad_token_id)
         out.extend(gen[:, enc.input_ids.shape[1]:].tolist())
     return out
@@ -174,7 +170,7 @@ def test_plain_engine_gives_generates_tokens(fixture_model: dict, view: str | No
     else:
         ours = _plain(fixture_model, view, call_end, rows)
     with _view(fixture_model, view):
-        theirs = _generate(fixture_model, call_end, rows=rows, lengths=[len(r.tokens) for r in ours])
+        theirs = _generate(fixture_model, call_end, rows=rows)
     assert len(ours) == len(theirs) == 36
     eos = set(_rows(fixture_model)[0].stopper.eos_ids)
     for i, (r, g) in enumerate(zip(ours, theirs)):
