@@ -30,9 +30,7 @@ def _expanded_and_folded(q: int, n: int, kv: int, seed: int = 0) -> tuple[Any, A
     return ref, _fold(query, k, v, mask, n, None)
 
 
-# n = 7 (Qwen's grouping) with the slow tests (3.5 s of CPU): the quick tier keeps n = 3 (SmolLM2's) and Qwen's grouping
-# end to end through the engine (test_engine_outputs_and_gaps_are_bitwise_the_same_with_the_fold[14-2])
-@pytest.mark.parametrize("n", [3, pytest.param(7, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("n", [3, 7])
 def test_fold_is_bitwise_where_the_rule_admits_it(n: int) -> None:
     import torch
 
