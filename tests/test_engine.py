@@ -158,8 +158,8 @@ def test_plain_engine_gives_generates_tokens(fixture_model: dict, view: str | No
     checked below (test_verified_equals_plain_for_every_adapter_and_schedule, test_acceptance_...).
 
     Each pair's 72 rows are checked in two halves: the 36 odd rows (ODD_ROWS, below: both demo counts, requests and
-    conversations, every near tie and EOS row of NEAR_TIES_AND_EOS) in the quick tier, the 36 even rows with the
-    slow tests. With the call-end rule the engine's run is the one the verification tests read, over all 72 rows
+    conversations, every near tie and EOS row of NEAR_TIES_AND_EOS) in the quick tier (SLOW_PAIR's with the slow
+    tests too), the 36 even rows with the slow tests. With the call-end rule the engine's run is the one the verification tests read, over all 72 rows
     (``_plain``), read at the half's rows; without it (no other test reads those runs) the half runs alone, still
     4.5 times ``max_batch``, so rows leave and others take their slots throughout. ``generate`` runs on the half.
     Both halves end the same ways: without the call-end rule the base ends every row by ``until`` (2 tokens past its
