@@ -39,6 +39,8 @@ def test_fold_is_bitwise_where_the_rule_admits_it(n: int) -> None:
     assert fold_checked(n, 64, torch.float32)
     refused_and_different = 0
     for q in range(2, 140):
+        if not fold_is_exact(q, n) and refused_and_different:
+            continue  # one refused length that differs shows the rule guards something; the others add nothing
         ref, out = _expanded_and_folded(q, n, kv=q + 100)
         if fold_is_exact(q, n):
             assert torch.equal(ref, out), f"q={q}, n={n}: the fold rounds otherwise where the rule admits it"

@@ -137,9 +137,16 @@ def _generate(fx: dict[str, Any], call_end: bool, batch: int = 8,
 
 
 PAIRS = [(True, None), (False, None), (True, "hallucinating"), (False, "broken")]
+SLOW_PAIR = (True, "hallucinating")
+"""Both its halves run with the slow tests (its 72-row plain run is the slow verification tests' reference; 3.5 s of
+CPU in the quick tier, read by this pair alone there): the quick tier keeps the call-end rule on the base
+(``(True, None)``) and LoRA layers in every forward (``(False, broken)``; faithful in
+test_drafts_rejected_early_stop_drafting_and_rows_decode_as_plain, hallucinating verifying in
+test_acceptance_follows_how_close_the_adapter_is)."""
 
 
-@pytest.mark.parametrize("call_end,view,half", [(*pair, "odd") for pair in PAIRS]
+@pytest.mark.parametrize("call_end,view,half",
+                         [pytest.param(*pair, "odd", marks=[pytest.mark.slow] * (pair == SLOW_PAIR)) for pair in PAIRS]
                          + [pytest.param(*pair, "even", marks=pytest.mark.slow) for pair in PAIRS])
 def test_plain_engine_gives_generates_tokens(fixture_model: dict, view: str | None, call_end: bool,
                                              half: str) -> None:
@@ -151,8 +158,8 @@ def test_plain_engine_gives_generates_tokens(fixture_model: dict, view: str | No
     checked below (test_verified_equals_plain_for_every_adapter_and_schedule, test_acceptance_...).
 
     Each pair's 72 rows are checked in two halves: the 36 odd rows (ODD_ROWS, below: both demo counts, requests and
-    conversations, every near tie and EOS row of NEAR_TIES_AND_EOS) in the quick tier, the 36 even rows with the
-    slow tests. With the call-end rule the engine's run is the one the verification tests read, over all 72 rows
+    conversations, every near tie and EOS row of NEAR_TIES_AND_EOS) in the quick tier (SLOW_PAIR's with the slow
+    tests too), the 36 even rows with the slow tests. With the call-end rule the engine's run is the one the verification tests read, over all 72 rows
     (``_plain``), read at the half's rows; without it (no other test reads those runs) the half runs alone, still
     4.5 times ``max_batch``, so rows leave and others take their slots throughout. ``generate`` runs on the half.
     Both halves end the same ways: without the call-end rule the base ends every row by ``until`` (2 tokens past its
@@ -623,6 +630,7 @@ def test_generate_path_sizes_auto_from_memory_not_lm_evals_detection(toolfid_hom
     assert {k: truncate_call(v) for k, v in got.items()} == {k: truncate_call(v) for k, v in want.items()}
 
 
+@pytest.mark.slow  # 3.6 s of CPU; the quick tier keeps test_toolfid_run_in_bfloat16_counts_and_prints_its_near_ties
 def test_half_precision_schedule_differences_are_counted_near_ties(fixture_model: dict) -> None:
     """In bfloat16 the logits carry 8 significant bits: another schedule of the same forward (a shared
     prefix, a draft pass) rounds otherwise and flips tokens whose top two logits are a unit in the last
