@@ -169,8 +169,8 @@ def test_peft_mixed_batch_layers_take_the_rows_adapters_from_the_engines_hooks()
     with torch.inference_mode():
         runner = ModelRunner(model, ModelFit.of(model), 0, EngineStats(), fold_gqa=False)
         peft_logits = runner.forward(ids, mask, positions, None, 1, views=views)  # PEFT's adapter_names= per pass
-        with runner.routing(views):
-            assert runner._routed
+        with runner.routing(views, stack=False) as stacked:  # PEFT's mixed batch (the stacked one: test_lora_batch)
+            assert runner._routed and not stacked
             ours = runner.forward(ids, mask, positions, None, 1, views=views)
         assert not runner._routed and not any(m._forward_pre_hooks for m in layers)  # nothing left behind
     assert torch.equal(ours, peft_logits), f"{where}: hooked mixed batch differs from adapter_names="
