@@ -25,8 +25,9 @@ class Row:
     (``check_stops``). Costs decode steps only: no second prompt pass."""
     view: str | None = None
     """The PEFT adapter this row runs under when views run jointly (rows of several adapters in one batch, each
-    row's LoRA delta its own: PEFT's mixed-batch ``adapter_names``); None: the base (no delta). When no row of a
-    run names one, every row runs on the model as it is (the adapter active, or disabled, by the caller)."""
+    row's LoRA delta its own: :mod:`~lm_eval_toolfid.engine.lora_batch`, or PEFT's mixed-batch ``adapter_names``);
+    None: the base (no delta). When no row of a run names one, every row runs on the model as it is (the adapter
+    active, or disabled, by the caller)."""
 
 
 @dataclass

@@ -55,9 +55,10 @@ class StepCost:
         return 1000 * ordered[len(ordered) // 2]
 
 
-def measure_steps(engine: Any, make_rows: Callable[[], Sequence[Any]], timing: bool = True) -> StepCost:
+def measure_steps(engine: Any, make_rows: Callable[[], Sequence[Any]], timing: bool = True,
+                  count: bool = True) -> StepCost:
     """Run ``engine`` (a :class:`~lm_eval_toolfid.engine.decoding.GreedyEngine`) on ``make_rows()`` once counting
-    each decode step's aten calls, and (``timing``) once more timing each step's host work."""
+    each decode step's aten calls (``count``), and once more timing each step's host work (``timing``)."""
     cost = StepCost()
 
     @contextlib.contextmanager
@@ -76,8 +77,9 @@ def measure_steps(engine: Any, make_rows: Callable[[], Sequence[Any]], timing: b
 
     held = engine.step_probe
     try:
-        engine.step_probe = counting
-        engine.run(make_rows())
+        if count:
+            engine.step_probe = counting
+            engine.run(make_rows())
         if timing:
             engine.step_probe = clock
             engine.run(make_rows())
