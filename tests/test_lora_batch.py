@@ -230,3 +230,19 @@ def test_one_adapters_view_computes_its_rows_as_a_joint_run_and_counts_their_nea
     assert [r.tokens for r in base] == [r.tokens for r in joint[0::2]]
     assert all(r.lora and r.lora_near_ties == 5 for r in [*alone, *joint[1::2]])
     assert not any(r.lora or r.lora_near_ties for r in [*base, *joint[0::2]])
+
+
+def test_stacked_rows_near_ties_are_summed_and_shown() -> None:
+    """A view's stacked adapter rows: their near ties summed into its generation record and printed (``--verbose``)
+    beside the other near ties, never silent."""
+    from types import SimpleNamespace
+
+    from lm_eval_toolfid.integrations.lm_eval.generation_record import GenerationInfo, summarize_generation
+    from lm_eval_toolfid.reporting.screen import verification_note
+
+    rows = [GenerationInfo(engine="toolfid", tokens=5, lora_stacked=True, lora_near_ties=n) for n in (0, 2, 1)]
+    gen = summarize_generation(rows, verify=False)
+    assert (gen["rows_lora_stacked"], gen["lora_near_tie_tokens"], gen["lora_near_tie_cases"]) == (3, 3, 2)
+    assert "lora_near_tie_tokens" not in summarize_generation([GenerationInfo(engine="toolfid", tokens=5)], False)
+    note = verification_note([SimpleNamespace(label="prose", toolfid={"generation": gen})])
+    assert "near ties in adapter rows" in note and "prose 3 token(s) in 2 case(s)" in note, note
