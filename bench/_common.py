@@ -215,3 +215,51 @@ def call_tokens(tokenizer: Any, generations: dict[str, str], prompts: dict[str, 
             total += len(tokenizer(end, add_special_tokens=False)["input_ids"])
             n += 1
     return total, n
+
+
+class _Budget:
+    """A stop rule that never stops: the row's budget ends it (every row decodes the same number of steps)."""
+
+    def push(self, token: int) -> str | None:
+        return None
+
+
+def step_costs(model: Any, adapters: list[str], counts: tuple[int, ...] = (0, 1, 2, 4, 10), *, prompts: int = 2,
+               max_new: int = 8, stack: bool = True, repeats: int = 3) -> dict[int, Any]:
+    """Calls and host ms of one decode step of the engine on ``model`` (a PEFT model; its first ``n`` adapters), for
+    base + ``n`` adapter views decoded together, each view ``prompts`` rows (``n`` = 0: the base's rows alone, the
+    adapters disabled). ``stack``: the stacked LoRA computation (False: PEFT's mixed batch). Host ms: the best of
+    ``repeats`` runs' median step."""
+    import contextlib
+
+    import torch
+
+    from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine
+    from lm_eval_toolfid.engine.rows import Row
+    from lm_eval_toolfid.engine.step_cost import measure_steps
+
+    ids = [[(7 * i + j) % 100 + 1 for j in range(12)] for i in range(prompts)]
+    out = {}
+    for n in counts:
+        if n > len(adapters):
+            continue
+        views = [None, *adapters[:n]]
+
+        def rows() -> list[Any]:
+            return [Row(prompt=p, stopper=_Budget(), max_new=max_new, view=v if n else None) for p in ids for v in views]
+
+        engine = GreedyEngine(model, 0, EngineConfig(stack_lora=stack, max_batch=64))
+        off = model.disable_adapter() if n == 0 and hasattr(model, "disable_adapter") else contextlib.nullcontext()
+        with off, torch.inference_mode():
+            calls = measure_steps(engine, rows, timing=False).calls_per_step
+            best = min(measure_steps(engine, rows, count=False).ms_per_step for _ in range(repeats))
+        out[n] = (calls, best)
+    return out
+
+
+def print_step_costs(costs: dict[int, Any], label: str) -> None:
+    """One line per adapter count: calls and host ms per decode step, and the ratio to base + 1."""
+    one = costs.get(1)
+    for n, (calls, ms) in costs.items():
+        ratio = f"  {ms / one[1]:.2f}x base + 1" if one and n > 1 else ""
+        print(f"{label:<8} base{f' + {n}' if n else '':<5} {calls:>7} calls/step {ms:>9.1f} ms/step{ratio}")

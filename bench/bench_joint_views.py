@@ -10,7 +10,8 @@ default (views decoded together, each row under its own LoRA). The adapters, mad
   to changing most of them (the drafts a verified view checks get rejected early).
 
 Prints, per mode: each view's wall seconds, the whole run, (base + N views) / base view, and the run's ratio
-to the one-at-a-time run; answers that differ between the modes (float32: none allowed; half precision: only
+to the one-at-a-time run; one decode step's aten calls and host ms for the base, base + 1 and base + N
+(``_common.step_costs``); answers that differ between the modes (float32: none allowed; half precision: only
 real adapters may differ, at near ties) and the B = 0 view's answers that differ from the base's (none allowed).
 
     OMP_NUM_THREADS=2 nice .venv/bin/python bench/bench_joint_views.py --cases 24 --adapters 4        # CPU, float32
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import real_model, subset_file, threads
+from _common import print_step_costs, real_model, step_costs, subset_file, threads
 
 SIGMAS = (1e-4, 1e-3, 3e-3, 1e-2)
 
@@ -142,11 +143,17 @@ def main() -> None:
     print(f"\nwhole run: one at a time {one['wall']:.2f} s ({one['wall'] / base_s:.2f}x the base view), together "
           f"{joint['wall']:.2f} s ({joint['wall'] / base_s:.2f}x); together / one at a time = "
           f"{joint['wall'] / one['wall']:.2f}")
+    steps = step_costs(session.peft_model, list(session.adapters), counts=(0, 1, args.adapters))
+    print("one decode step of the session's model (2 rows a view, the host's calls and milliseconds; on a GPU a step "
+          "costs its launches):")
+    print_step_costs(steps, "step")
     zero_differ = sum(1 for cid, text in joint["answers"]["zero"].items() if text != joint["answers"]["base"][cid])
     print(f"B = 0 answers that differ from the base's (together): {zero_differ} of {len(joint['answers']['base'])}")
     print(json.dumps({"device": args.device, "dtype": args.dtype, "cases": args.cases, "adapters": args.adapters,
                       "one_at_a_time_s": round(one["wall"], 3), "together_s": round(joint["wall"], 3),
-                      "base_view_s": round(base_s, 3), "zero_differ": zero_differ}))
+                      "base_view_s": round(base_s, 3), "zero_differ": zero_differ,
+                      "step_calls": {n: c for n, (c, _) in steps.items()},
+                      "step_ms": {n: round(ms, 2) for n, (_, ms) in steps.items()}}))
 
 
 if __name__ == "__main__":

@@ -169,9 +169,40 @@ def test_peft_mixed_batch_layers_take_the_rows_adapters_from_the_engines_hooks()
     with torch.inference_mode():
         runner = ModelRunner(model, ModelFit.of(model), 0, EngineStats(), fold_gqa=False)
         peft_logits = runner.forward(ids, mask, positions, None, 1, views=views)  # PEFT's adapter_names= per pass
-        with runner.routing(views):
-            assert runner._routed
+        with runner.routing(views, stack=False) as stacked:  # PEFT's mixed batch (the stacked one: test_lora_batch)
+            assert runner._routed and not stacked
             ours = runner.forward(ids, mask, positions, None, 1, views=views)
         assert not runner._routed and not any(m._forward_pre_hooks for m in layers)  # nothing left behind
     assert torch.equal(ours, peft_logits), f"{where}: hooked mixed batch differs from adapter_names="
     assert not torch.equal(ours[0], ours[1]) and not torch.equal(ours[1], ours[2])  # each row ran its own adapter
+
+
+def test_peft_lora_layer_attributes_the_stacked_computation_reads() -> None:
+    """``engine/lora_batch.py`` stacks each ``peft.tuners.lora.layer.Linear``'s adapters from its ``base_layer``,
+    ``lora_A``/``lora_B`` weights (``[r, in]``, ``[out, r]``), ``scaling``, ``lora_variant`` (DoRA and kin),
+    ``lora_dropout``, ``merged``, ``fan_in_fan_out``, ``in_features``/``out_features`` and ``active_adapters``, and
+    replaces the layer's ``forward`` for a run by an instance attribute that PEFT's layers must call through."""
+    import torch
+    from peft import PeftModel
+    from peft.tuners.lora.layer import Linear
+    from transformers import AutoModelForCausalLM
+
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+
+    fix = fixture_paths()
+    where = _version("peft")
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(fix["base"]), fix["adapters"]["faithful"])
+    layers = [m for m in model.modules() if isinstance(m, Linear)]
+    assert layers, f"{where}: no peft.tuners.lora.layer.Linear"
+    m = layers[0]
+    a, b = m.lora_A["default"].weight, m.lora_B["default"].weight
+    assert isinstance(m.base_layer, torch.nn.Linear), f"{where}: LoRA Linear.base_layer"
+    assert a.shape == (m.r["default"], m.in_features) and b.shape == (m.out_features, m.r["default"]), where
+    assert isinstance(m.scaling["default"], float) and isinstance(m.lora_variant, dict), where
+    assert m.merged is False and m.fan_in_fan_out is False and list(m.active_adapters) == ["default"], where
+    assert isinstance(m.lora_dropout["default"], (torch.nn.Identity, torch.nn.Dropout)), where
+    m.forward = lambda x, *a, **k: torch.zeros(1)  # what BatchedLora.installed does
+    try:
+        assert torch.equal(m(torch.ones(1, m.in_features)), torch.zeros(1)), f"{where}: a layer's forward not called"
+    finally:
+        del m.forward

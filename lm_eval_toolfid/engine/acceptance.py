@@ -27,6 +27,8 @@ def take_token(res: RowResult, row: Row, token: int, gap: float, *, verified: bo
             res.shared_near_ties += 1
         if res.joint and gap < near_tie:  # computed in a batch with other views' rows
             res.joint_near_ties += 1
+        if res.lora and gap < near_tie:  # the stacked LoRA computation, not PEFT's forward
+            res.lora_near_ties += 1
     res.tokens.append(token)
     if record:
         res.gaps.append(gap)

@@ -73,6 +73,9 @@ class EngineConfig:
     """Shortest shared prefix worth a pass of its own."""
     fold_gqa: bool = True
     """CPU: grouped-query attention over the unexpanded KV cache (:mod:`lm_eval_toolfid.engine.attention`)."""
+    stack_lora: bool = True
+    """Adapter rows' LoRA deltas in one computation per layer for every adapter (:mod:`lm_eval_toolfid.engine.
+    lora_batch`); False: PEFT's own forward (its mixed batch in a joint run)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,14 @@ class RunContext:
     (the base's rows none), so one pass serves every view."""
     views: tuple[str | None, ...] = ()
     """The run's distinct views, in the order its rows first name them (a joint run; None: the base)."""
+    stacked: bool = False
+    """Adapter rows' LoRA deltas come from the stacked computation (:mod:`~lm_eval_toolfid.engine.lora_batch`), not
+    PEFT's forward: such rows' near ties are counted (:attr:`~lm_eval_toolfid.engine.rows.RowResult.lora`)."""
+
+    def stacked_row(self, view: str | None) -> bool:
+        """Whether a row of ``view`` gets its LoRA delta from the stacked computation (a joint run: the adapter rows;
+        else every row, the run being one adapter's view)."""
+        return self.stacked and (view is not None or not self.joint)
 
     @classmethod
     def of(cls, rows: Sequence[Any], config: EngineConfig, near_tie: float) -> RunContext:

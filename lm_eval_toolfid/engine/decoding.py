@@ -9,6 +9,7 @@ next and why the answers are exact: docs/architecture.md ("The engine's stages")
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from typing import Any, Callable, Sequence
 
@@ -48,6 +49,9 @@ class GreedyEngine:
         dtype = next(model.parameters()).dtype
         self.near_tie = config.near_tie if config.near_tie is not None else near_tie_for(dtype)
         self.kv = KVStore(torch, self.runner.device, self.fit.n_layers)
+        self.step_probe: Callable[[], Any] = contextlib.nullcontext
+        """A context entered around each decode step (:mod:`~lm_eval_toolfid.engine.step_cost` counts a step's
+        calls and host time in it)."""
         self.draft_budgets: DraftBudgets | None = None
         """The last run's draft budgets, one per view: first verification passes tallied, and whether (and why)
         drafting stopped (:mod:`~lm_eval_toolfid.engine.scheduler`)."""
@@ -63,14 +67,16 @@ class GreedyEngine:
         todo = [i for i in range(len(rows)) if results[i] is None]
         context = RunContext.of(rows, self.config, self.near_tie)
         stats.prompt_tokens_total += sum(len(rows[i].prompt) for i in todo)
-        scheduler = Scheduler(rows, todo, context)
-        if scheduler.plan is not None:
-            stats.prefix_nodes += len(scheduler.plan.nodes)
-        self.draft_budgets = scheduler.budgets
-        admission = Admission(self.runner, self.kv, context, scheduler)
-        batch = DecodeBatch(self.runner, self.kv, context)
-        routing = self.runner.routing(context.views if context.joint else None)  # a joint run: each row's adapter
-        with self.torch.inference_mode(), self.autocast(), routing:
+        # the adapter rows' LoRA computation for the whole run (a joint run: each row's adapter)
+        routing = self.runner.routing(context.views if context.joint else None, stack=self.config.stack_lora)
+        with self.torch.inference_mode(), self.autocast(), routing as stacked:
+            context = dataclasses.replace(context, stacked=stacked)
+            scheduler = Scheduler(rows, todo, context)
+            if scheduler.plan is not None:
+                stats.prefix_nodes += len(scheduler.plan.nodes)
+            self.draft_budgets = scheduler.budgets
+            admission = Admission(self.runner, self.kv, context, scheduler)
+            batch = DecodeBatch(self.runner, self.kv, context)
             while scheduler.busy(len(batch.rows)):
                 take = scheduler.admit(len(batch.rows))
                 if take:
@@ -80,7 +86,8 @@ class GreedyEngine:
                         batch.join(admitted.joining, waiting=len(scheduler.waiting))
                     finished = list(admitted.finished)
                 else:
-                    finished = batch.step()
+                    with self.step_probe():
+                        finished = batch.step()
                 for done in finished:
                     results[done.index] = done.result
                     if on_done is not None:

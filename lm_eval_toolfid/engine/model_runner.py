@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from lm_eval_toolfid.engine.config import EngineStats
+from lm_eval_toolfid.engine.lora_batch import BatchedLora, lora_layers, lora_stack, say_once, stack_unsupported
 
 
 BASE_VIEW = "__base__"
@@ -113,6 +114,9 @@ class ModelRunner:
         """:meth:`routing` holds hooks on the LoRA layers: a pass hands them its rows' adapters (:attr:`_row_views`)
         instead of PEFT's ``adapter_names=`` argument."""
         self._row_views: list[str] | None = None
+        self.lora: BatchedLora | None = None
+        """While :meth:`routing` runs the rows' adapters through the stacked LoRA computation
+        (:mod:`~lm_eval_toolfid.engine.lora_batch`): a pass names its rows there."""
         if self.device.type == "cpu" and fold_gqa:
             from lm_eval_toolfid.engine.attention import folded_gqa_attention
 
@@ -121,10 +125,11 @@ class ModelRunner:
             self.attention = contextlib.nullcontext
 
     def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any, keep: int,
-                step: bool = False, views: Sequence[str | None] | None = None) -> Any:
+                step: bool = False, views: Sequence[str | None] | Any = None) -> Any:
         """Logits of the last ``keep`` positions, [batch, keep, vocab] (float32); ``step``: a decode step (else a
         prompt or draft pass); ``views``: a joint run's pass names each row's adapter (None: the base, PEFT's
-        ``__base__``), so one pass serves every view; without ``views`` every row runs on the model as it is. The
+        ``__base__``), so one pass serves every view (with the stacked LoRA computation, also as a ``[rows]`` long
+        tensor on the device: :meth:`view_index`); without ``views`` every row runs on the model as it is. The
         tensors may be on the CPU: they are moved to the model's device."""
         device = self.device
         input_ids, attention_mask, position_ids = input_ids.to(device), attention_mask.to(device), position_ids.to(device)
@@ -141,11 +146,14 @@ class ModelRunner:
         if views is not None:
             if len(views) != int(input_ids.shape[0]):
                 raise ValueError(f"a joint pass of {int(input_ids.shape[0])} rows names {len(views)} views")
-            names = [BASE_VIEW if v is None else v for v in views]
-            if self._routed:
-                self._row_views = names
+            if self.lora is not None:
+                self.lora.select(views)
             else:
-                kwargs["adapter_names"] = names
+                names = [BASE_VIEW if v is None else v for v in views]
+                if self._routed:
+                    self._row_views = names
+                else:
+                    kwargs["adapter_names"] = names
         with self.attention():
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                              use_cache=True, **kwargs)
@@ -154,17 +162,26 @@ class ModelRunner:
             logits = logits[:, -keep:]
         return logits.float()
 
-    @contextlib.contextmanager
-    def routing(self, views: Iterable[str | None] | None) -> Iterator[None]:
-        """While a joint run lasts (``views``: its rows' views; None: not a joint run), each LoRA layer gets the rows'
-        adapters from a pre-forward hook registered once.
+    def view_index(self, views: Sequence[str | None]) -> Any:
+        """The rows' adapters as :meth:`forward` may take them on a stacked run: a ``[rows]`` long tensor on the
+        device (a caller that keeps it there, moving it with its rows, sends nothing to the device per pass)."""
+        if self.lora is None:
+            raise RuntimeError("no stacked LoRA computation is installed")
+        return self.lora.index(views)
 
-        PEFT's ``adapter_names=`` argument does the same per pass, through ``_enable_peft_forward_hooks``: two walks
-        over every module of the model and a hook registered and removed on every LoRA layer, on every forward pass
-        (on the 3-layer fixture model more time than the layers themselves). The layers receive the same
-        ``adapter_names`` either way (PEFT's mixed-batch forward computes the same), so answers are unchanged.
-        Outside a joint run, or on a model without LoRA layers, nothing is registered and :meth:`forward` passes
-        ``adapter_names=`` as before. An adapter name no LoRA layer has is refused as PEFT refuses it."""
+    @contextlib.contextmanager
+    def routing(self, views: Iterable[str | None] | None, stack: bool = True) -> Iterator[bool]:
+        """While a run lasts, the LoRA computation of its adapter rows; yields whether it is the stacked one.
+
+        ``views``: a joint run's views (None: not a joint run; the rows run on the model as it is). ``stack`` (the
+        engine's ``stack_lora``): every adapter of the model in one computation per LoRA layer
+        (:mod:`~lm_eval_toolfid.engine.lora_batch`), for a joint run's rows and for a view of one active adapter
+        alone, so the two compute alike. Where the stack cannot represent the adapters exactly (said once in the
+        log), or ``stack`` is off, a joint run's rows go through PEFT's mixed batch: each LoRA layer gets the rows'
+        adapters from a pre-forward hook registered once, where PEFT's ``adapter_names=`` argument does the same per
+        pass through ``_enable_peft_forward_hooks`` (two walks over every module and a hook registered and removed on
+        every LoRA layer, every pass); the layers receive the same ``adapter_names`` either way. An adapter name no
+        LoRA layer has is refused as PEFT refuses it."""
         layers = mixed_batch_layers(self.model) if views is not None else []
         if views is not None and layers:
             known = {name for layer in layers for name in (*getattr(layer, "lora_A", {}),
@@ -172,14 +189,49 @@ class ModelRunner:
             unknown = {v for v in views if v is not None} - known
             if unknown:
                 raise ValueError(f"Trying to infer with non-existing adapter(s): {', '.join(sorted(unknown))}")
+        batched, uniform = self._stacked(views) if stack else (None, None)
+        if batched is not None:
+            with batched.installed():
+                self.lora = batched
+                if uniform is not None:  # one adapter's view: every row runs it
+                    batched.select(batched.index([uniform]))
+                try:
+                    yield True
+                finally:
+                    self.lora = None
+            return
         handles = [layer.register_forward_pre_hook(self._hand_views, with_kwargs=True) for layer in layers]
         self._routed = bool(handles)
         try:
-            yield
+            yield False
         finally:
             for handle in handles:
                 handle.remove()
             self._routed, self._row_views = False, None
+
+    def _stacked(self, views: Iterable[str | None] | None) -> tuple[BatchedLora | None, str | None]:
+        """The stacked computation for this run (None where PEFT computes it), and the adapter every row runs when
+        the run is one adapter's view."""
+        layers = lora_layers(self.model)
+        if not layers:
+            return None, None
+        uniform = None
+        if views is None:
+            if any(m.disable_adapters for m in layers):  # the base alone: PEFT's forward adds nothing
+                return None, None
+            active = list(layers[0].active_adapters)
+            if len(active) != 1:
+                say_once(f"{len(active)} adapters active at once: their rows computed by PEFT's forward")
+                return None, None
+            uniform = active[0]
+        why = stack_unsupported(self.model, layers)
+        if why is not None:
+            say_once(f"adapter rows computed by PEFT, one adapter at a time: {why}")
+            return None, None
+        stack = lora_stack(self.model, layers)
+        if uniform is not None and uniform not in stack.index:
+            return None, None
+        return BatchedLora(stack, layers), uniform
 
     def _hand_views(self, module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         kwargs["adapter_names"] = self._row_views
@@ -192,6 +244,7 @@ class ModelRunner:
         With gaps, one pass (``topk``) gives both: where the top two differ, the top one's index is the argmax; where
         they tie (or are not numbers) ``topk`` may name either, so argmax (the first, as ``generate`` takes it) is
         asked there."""
+        with_gaps = with_gaps or self.lora is not None  # adapter rows' near ties are counted
         if not with_gaps:
             best = logits.argmax(dim=-1)  # the same tie-breaking as generate's greedy argmax
             if out is not None:

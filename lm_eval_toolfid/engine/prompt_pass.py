@@ -87,7 +87,8 @@ class PromptPass:
             row = a.row
             live = LiveRow(index=a.index, row=row, result=RowResult(draft_len=len(row.draft),
                                                                     shared=prefixes.depth(a.node),
-                                                                    joint=context.joint))
+                                                                    joint=context.joint,
+                                                                    lora=context.stacked_row(row.view)))
             state = accept_predictions(live, [(best[r][0], gaps[r][0] if gaps else 0.0)], verified=False,
                                        near_tie=context.near_tie, record=record)
             if state is RowState.DECODE:

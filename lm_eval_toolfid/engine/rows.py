@@ -25,8 +25,9 @@ class Row:
     (``check_stops``). Costs decode steps only: no second prompt pass."""
     view: str | None = None
     """The PEFT adapter this row runs under when views run jointly (rows of several adapters in one batch, each
-    row's LoRA delta its own: PEFT's mixed-batch ``adapter_names``); None: the base (no delta). When no row of a
-    run names one, every row runs on the model as it is (the adapter active, or disabled, by the caller)."""
+    row's LoRA delta its own: :mod:`~lm_eval_toolfid.engine.lora_batch`, or PEFT's mixed-batch ``adapter_names``);
+    None: the base (no delta). When no row of a run names one, every row runs on the model as it is (the adapter
+    active, or disabled, by the caller)."""
 
 
 @dataclass
@@ -61,6 +62,12 @@ class RowResult:
     joint_near_ties: int = 0
     """Tokens of a joint run's row (not verified ones) whose top-two gap was below ``near_tie``: the view alone goes
     through batches of other shapes, where such a token could be picked otherwise (float32: never seen)."""
+    lora: bool = False
+    """The row's LoRA delta came from the engine's stacked computation (:mod:`~lm_eval_toolfid.engine.lora_batch`),
+    not PEFT's own forward, which may round it otherwise in the last bit."""
+    lora_near_ties: int = 0
+    """Tokens of a :attr:`lora` row (not verified ones) whose top-two gap was below ``near_tie``: PEFT's forward (what
+    ``lm_eval --model hf ... peft=`` runs) could pick such a token otherwise."""
     gaps: list[float] = field(default_factory=list)
     """Top-two logit gap of every emitted token (only with ``record_gaps``)."""
 

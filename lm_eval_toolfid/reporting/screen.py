@@ -88,7 +88,7 @@ def verdicts(rows: Sequence[RunRow], base_valid: float | None = None, width: int
 
 
 _TIES = (("near_tie_cases", "--no-verify"), ("prefix_near_tie_cases", "--no-prefix-cache"),
-         ("joint_near_tie_cases", "--views-together 1"))
+         ("joint_near_tie_cases", "--views-together 1"), ("lora_near_tie_cases", "lm_eval --model hf ... peft="))
 
 
 def _tie_cases(row: Any) -> tuple[int, set[str]]:
@@ -201,9 +201,13 @@ def verification_note(rows: list[Any]) -> str:
     """One line on how the adapter views' tokens were obtained, one more if any verified token was a near tie,
     one if any view's token on a shared prompt prefix was (every view's, the base's too), and one if any token
     of views decoded together was."""
-    parts, ties, prefix_ties, joint_ties, tol = [], [], [], [], None
+    parts, ties, prefix_ties, joint_ties, lora_ties, tol = [], [], [], [], [], None
     for row in rows:
         gen = (row.toolfid or {}).get("generation") or {}
+        if gen.get("lora_near_tie_tokens"):
+            tol = gen.get("near_tie_tolerance", tol)
+            lora_ties.append(f"{row.label} {gen['lora_near_tie_tokens']} token(s) in "
+                             f"{gen.get('lora_near_tie_cases', 0)} case(s)")
         if gen.get("joint_near_tie_tokens"):
             tol = gen.get("near_tie_tolerance", tol)
             joint_ties.append(f"{row.label} {gen['joint_near_tie_tokens']} token(s) in "
@@ -221,7 +225,7 @@ def verification_note(rows: list[Any]) -> str:
         tol = gen.get("near_tie_tolerance", tol)
         if gen.get("near_tie_tokens"):
             ties.append(f"{row.label} {gen['near_tie_tokens']} token(s) in {gen['near_tie_cases']} case(s)")
-    if not parts and not prefix_ties and not joint_ties:
+    if not parts and not prefix_ties and not joint_ties and not lora_ties:
         return ""
     paragraphs = ["verified against the base's answers (share of tokens accepted): " + ", ".join(parts)] if parts else []
     if ties:
@@ -234,4 +238,8 @@ def verification_note(rows: list[Any]) -> str:
         paragraphs.append(f"near ties in views decoded together (top-two logit gap < {tol:g}, where a view alone, in "
                           "batches of other shapes, could round otherwise): " + "; ".join(joint_ties)
                           + " — compare with --views-together 1")
+    if lora_ties:
+        paragraphs.append(f"near ties in adapter rows (top-two logit gap < {tol:g}, where the engine's one LoRA "
+                          "computation for every adapter could round otherwise than PEFT's own forward): "
+                          + "; ".join(lora_ties) + " — compare with lm_eval --model hf ... peft=")
     return "\n".join(_fill(p) for p in paragraphs)

@@ -77,6 +77,9 @@ class GenerationInfo:
     """The views of the joint engine run that answered it (empty: the view ran alone)."""
     joint_near_ties: int = 0
     views_together_note: str | None = None
+    lora_stacked: bool = False
+    """Its LoRA delta came from the engine's stacked computation (one per layer for every adapter), not PEFT's."""
+    lora_near_ties: int = 0
 
 
 def summarize_generation(infos: Iterable[Any], verify: bool | None = None, adapter_view: bool = True) -> dict[str, Any]:
@@ -130,6 +133,11 @@ def summarize_generation(infos: Iterable[Any], verify: bool | None = None, adapt
             out["rows_together"] = sum(1 for r in ours if r.views_together)
             out["joint_near_tie_tokens"] = sum(r.joint_near_ties for r in ours)
             out["joint_near_tie_cases"] = sum(1 for r in ours if r.joint_near_ties)
+        stacked = [r for r in ours if r.lora_stacked]
+        if stacked:  # adapter rows computed otherwise than PEFT's forward: their near ties, shown
+            out["rows_lora_stacked"] = len(stacked)
+            out["lora_near_tie_tokens"] = sum(r.lora_near_ties for r in stacked)
+            out["lora_near_tie_cases"] = sum(1 for r in stacked if r.lora_near_ties)
         note = next((r.views_together_note for r in ours if r.views_together_note), None)
         if note:
             out["views_together_note"] = note

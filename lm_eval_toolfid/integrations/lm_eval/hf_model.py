@@ -485,6 +485,7 @@ class ToolfidHFLM(HFLM):
                     views_together=tuple(labels) if joint else (),
                     joint_near_ties=res.joint_near_ties if joint else 0,
                     views_together_note=note if joint else None,
+                    lora_stacked=res.lora, lora_near_ties=res.lora_near_ties,
                 )
                 answers.append((list(tokens), info, self._as_lm_eval_text(res.tokens, stop) if plan.check else None))
             out.append(answers)

@@ -2,8 +2,9 @@
 
 A session that evaluates several views of one loaded model (``toolfid run``: the base, then every adapter)
 hands the model a :class:`JointRun`. The first of those views to generate runs the engine once for its own
-rows *and* the rows of the views after it, each row under its own adapter (PEFT's mixed-batch
-``adapter_names``: the LoRA delta is applied per row, base rows add nothing), so every decode step serves
+rows *and* the rows of the views after it, each row under its own adapter (the engine's one LoRA
+computation per layer for every adapter, ``engine/lora_batch.py``, or PEFT's mixed-batch ``adapter_names`` where that
+cannot represent them: the LoRA delta is applied per row, base rows add nothing), so every decode step serves
 every view; the answers of the other views wait in the :class:`JointRun` until their own ``simple_evaluate``
 asks for them. Each view is still an ordinary lm-eval evaluation (results, samples, reference, resume as
 before); only where its tokens were computed changes.
