@@ -27,6 +27,8 @@ class ModelOptions:
     views_together: int | None = None
     """At most this many views decode in one engine run (``--views-together``; None: as many as memory holds;
     1: one view at a time)."""
+    cuda_graphs: bool = False
+    """Decode steps captured as CUDA graphs and replayed (``--cuda-graphs on``; a CUDA device only)."""
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,8 @@ class ModelSession:
                                   "device": self.options.device or ("cuda" if torch.cuda.is_available() else "cpu")}
         if self.options.dtype:
             kwargs["dtype"] = self.options.dtype
+        if self.options.cuda_graphs:
+            kwargs["cuda_graphs"] = True
         progress = self.progress
         if progress is not None:
             progress.message(f"loading {self.base} on {kwargs['device']}")
