@@ -49,11 +49,11 @@ def test_captured_steps_are_off_by_default_and_never_on_a_cpu() -> None:
     assert step_graphs_for(Runner(), joint) is not None
 
 
-CASES = 6
-MAX_NEW = 48
+SIZES = {"float32": (4, 24), "bfloat16": (4, 12)}
+"""Default cases and token budget per dtype (bfloat16 matrix products are slow on a CPU)."""
 
 
-def _smol_rows(path: Path, model: Any) -> tuple[list[Any], int]:
+def _smol_rows(path: Path, model: Any, cases: int, max_new: int) -> tuple[list[Any], int]:
     from transformers import AutoTokenizer
 
     from lm_eval_toolfid.cases.load import load_cases
@@ -64,33 +64,36 @@ def _smol_rows(path: Path, model: Any) -> tuple[list[Any], int]:
 
     tok = AutoTokenizer.from_pretrained(path)
     eos = eos_token_ids(model, tok)
-    prompts = [tok(render_prompt(c, PromptSettings(demos=1)))["input_ids"] for c in load_cases("default")[:CASES]]
-    rows = [Row(prompt=p, max_new=MAX_NEW, stopper=RowStopper(tok, eos, ["\n###"], MAX_NEW)) for p in prompts]
+    prompts = [tok(render_prompt(c, PromptSettings(demos=0)))["input_ids"] for c in load_cases("default")[:cases]]
+    rows = [Row(prompt=p, max_new=max_new, stopper=RowStopper(tok, eos, ["\n###"], max_new)) for p in prompts]
     return rows, int(tok.pad_token_id if tok.pad_token_id is not None else eos[0])
 
 
 def _run(model: Any, path: Path, **config: Any) -> tuple[list[Any], Any]:
+    """SmolLM2's rows in 4 slots (as rows leave, 3 live rows are padded to the bucket of 4)."""
     from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine
 
-    rows, pad = _smol_rows(path, model)
-    engine = GreedyEngine(model, pad, EngineConfig(max_batch=4, refill=1, record_gaps=True, **config))
+    cases, max_new = SIZES[str(model.dtype).removeprefix("torch.")]
+    rows, pad = _smol_rows(path, model, cases, max_new)
+    engine = GreedyEngine(model, pad, EngineConfig(max_batch=cases, refill=1, record_gaps=True, **config))
     return engine.run(rows), engine.stats
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_steps_at_captured_shapes_give_plain_steps_tokens_on_smollm2(smollm2: Path, dtype: str) -> None:
-    """Rows padded to their bucket and every column read give each row's tokens of plain steps (rows leave and
-    join: 6 rows through 4 slots); bfloat16: a row may differ only from a near tie on (none seen on 2026-11-28)."""
+    """Rows padded to their bucket and every column read give each row's tokens of plain steps; bfloat16: a row may
+    differ only from a near tie on."""
     from transformers import AutoModelForCausalLM
 
     from lm_eval_toolfid.engine.config import near_tie_for
 
     model = AutoModelForCausalLM.from_pretrained(smollm2, dtype=getattr(torch, dtype)).eval()
-    plain, _ = _run(model, smollm2)
+    plain, plain_stats = _run(model, smollm2)
     padded, stats = _run(model, smollm2, graph_shapes=True)
-    assert stats.steps_replayed == 0 and len(stats.step_rows) > MAX_NEW // 2
-    assert set(stats.step_rows) <= {1, 2, 4}  # every step at its bucket
+    assert stats.steps_replayed == 0 and len(stats.step_rows) == len(plain_stats.step_rows) > SIZES[dtype][1] // 2
+    assert set(stats.step_rows) <= {1, 2, 4}  # every step at its bucket: some padded
+    assert all(p >= q for p, q in zip(stats.step_rows, plain_stats.step_rows)) and stats.step_rows != plain_stats.step_rows
     bound = near_tie_for(model.dtype)
     for i, (a, b) in enumerate(zip(plain, padded)):
         if dtype == "float32" or a.tokens == b.tokens:
@@ -143,3 +146,36 @@ def test_the_option_reaches_the_model_and_a_cpu_run_ignores_it_in_one_line(caplo
     assert lm.cuda_graphs is False
     said = [r.getMessage() for r in caplog.records if "cuda-graphs" in r.getMessage()]
     assert said == ["toolfid: --cuda-graphs on ignored: the model is on cpu (CUDA graphs need a CUDA device)"]
+
+
+def test_captures_are_counted_in_the_memory_budget_and_shown_under_verbose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` batch size counts each row's share of the captured steps' memory; a run's captures reach the view's
+    generation record and the ``--verbose`` header (steps replayed of all, captures, seconds, memory)."""
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM
+
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+    from lm_eval_toolfid.engine.config import EngineStats
+    from lm_eval_toolfid.integrations.lm_eval import batch_size
+    from lm_eval_toolfid.integrations.lm_eval.generation_record import (GenerationInfo, step_graphs_record,
+                                                                         summarize_generation)
+    from lm_eval_toolfid.reporting.screen import generation_paths
+
+    model = AutoModelForCausalLM.from_pretrained(fixture_paths()["base"])
+    monkeypatch.setattr(batch_size, "free_memory", lambda device: 1 << 36)
+    plain = batch_size.rows_in_memory(model, "cuda", [300] * 4)
+    graphs = batch_size.rows_in_memory(model, "cuda", [300] * 4, graphs=True)
+    per_row, extra = batch_size.kv_bytes_per_token(model) * 300, batch_size.graph_bytes_per_row(model)
+    assert graphs < plain and abs(graphs - plain * per_row / (per_row + extra)) <= 1, (plain, graphs)
+
+    assert step_graphs_record(EngineStats(step_rows=[4, 4])) is None  # nothing captured: nothing said
+    stats = EngineStats(step_rows=[4, 4, 2, 1], steps_replayed=4, graph_captures=3, capture_seconds=0.4567,
+                        graph_bytes=3 << 20)
+    record = step_graphs_record(stats)
+    gen = summarize_generation([GenerationInfo(engine="toolfid", step_graphs=record), GenerationInfo(engine="toolfid")],
+                               adapter_view=False)
+    assert gen["step_graphs"] == {"steps_replayed": 4, "steps": 4, "captures": 3, "capture_seconds": 0.457,
+                                  "graph_bytes": 3 << 20}
+    shown = generation_paths([], SimpleNamespace(label="base", toolfid={"generation": gen}))
+    assert shown == "decode steps replayed from CUDA graphs: base 4 of 4 steps (3 captures, 0.46 s, 3 MiB)"
