@@ -71,15 +71,15 @@ class DecodeBatch:
         that stopped, which leave at once."""
         runner, record, joint = self.runner, self.config.record_gaps, self.context.joint
         n, slots = len(self.rows), self.slots
-        b = bucket_for(n, slots.kv[0][0].shape[0]) if self.padded_steps else n
-        cache, mask, padded = slots.open_step(n, min(live.length for live in self.rows), b, full=self.padded_steps)
-        views = [live.row.view for live in self.rows] + [None] * (b - n) if joint else None
+        rows = bucket_for(n, slots.kv[0][0].shape[0]) if self.padded_steps else n  # the step's rows, padded
+        cache, mask, padded = slots.open_step(n, min(live.length for live in self.rows), rows, full=self.padded_steps)
+        views = [live.row.view for live in self.rows] + [None] * (rows - n) if joint else None
 
         def forward() -> Any:
-            return runner.forward(self.ids[:b], mask, self.positions[:b], cache, 1, step=True, views=views,
-                                  padded=padded, view_index=self.view_ids[:b])
+            return runner.forward(self.ids[:rows], mask, self.positions[:rows], cache, 1, step=True, views=views,
+                                  padded=padded, view_index=self.view_ids[:rows])
 
-        logits = self.graphs.run(b, slots.generation, forward) if self.graphs is not None else forward()
+        logits = self.graphs.run(rows, slots.generation, forward) if self.graphs is not None else forward()
         best, gaps = runner.pick(logits[:n], with_gaps=record or joint or self.shared > 0, out=self.ids[:n])
         self.positions[:n] += 1
         finished, done = [], []
