@@ -165,8 +165,8 @@ def test_captures_are_counted_in_the_memory_budget_and_shown_under_verbose(monke
 
     model = AutoModelForCausalLM.from_pretrained(fixture_paths()["base"])
     monkeypatch.setattr(batch_size, "free_memory", lambda device: 1 << 36)
-    plain = batch_size.rows_in_memory(model, "cuda", [300] * 4)
-    graphs = batch_size.rows_in_memory(model, "cuda", [300] * 4, graphs=True)
+    plain = batch_size.auto_batch_size(model, "cuda", [300] * 10**6)
+    graphs = batch_size.auto_batch_size(model, "cuda", [300] * 10**6, graphs=True)
     per_row, extra = batch_size.kv_bytes_per_token(model) * 300, batch_size.graph_bytes_per_row(model)
     assert graphs < plain and abs(graphs - plain * per_row / (per_row + extra)) <= 1, (plain, graphs)
 

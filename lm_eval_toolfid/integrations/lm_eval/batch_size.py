@@ -115,7 +115,10 @@ def auto_batch_size(model: Any, device: Any, row_tokens: list[int], graphs: bool
     n = max(1, len(row_tokens))
     kind = torch.device(device).type
     cap = n if kind != "cpu" else min(n, CPU_MAX_BATCH)
-    fits = rows_in_memory(model, device, row_tokens, graphs)
+    fits = rows_in_memory(model, device, row_tokens)
+    if graphs and fits:  # each row also pays its share of the captured steps' memory
+        per_row = kv_bytes_per_token(model) * max(row_tokens or [1])
+        fits = fits * per_row // (per_row + graph_bytes_per_row(model))
     return cap if fits is None else max(1, min(cap, fits))
 
 
@@ -130,14 +133,14 @@ def graph_bytes_per_row(model: Any) -> int:
     return (4 * inner + 8 * hidden + vocab) * dtype_bytes + 4 * vocab
 
 
-def rows_in_memory(model: Any, device: Any, row_tokens: list[int], graphs: bool = False) -> int | None:
+def rows_in_memory(model: Any, device: Any, row_tokens: list[int]) -> int | None:
     """Rows of ``row_tokens`` (prompt + budget) whose KV the free memory holds at once, beyond the reserve for one
-    forward pass (no cap for throughput: :func:`auto_batch_size` applies that); ``graphs``: each row also pays its
-    share of the captured steps' memory. None when the free memory is unknown."""
+    forward pass (no cap for throughput: :func:`auto_batch_size` applies that); None when the free memory is
+    unknown."""
     free = free_memory(device)
     if free is None:
         return None
-    per_row = kv_bytes_per_token(model) * max(row_tokens or [1]) + (graph_bytes_per_row(model) if graphs else 0)
+    per_row = kv_bytes_per_token(model) * max(row_tokens or [1])
     room = free * MEMORY_FRACTION - activation_reserve(model, prefill_tokens_for(device), verify_logits_for(device))
     return max(0, int(room // max(1, per_row)))
 
