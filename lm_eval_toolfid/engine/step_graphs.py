@@ -11,7 +11,7 @@ as vLLM pads its decode batch) serves every step of that bucket, until the buffe
 addresses are the graph's: it is captured again, lazily).
 
 A capture runs the step twice eagerly on a side stream (lazy initialisations), then records it; its time and the
-graphs' memory pool (shared by every bucket, the largest captured first where it can be) are counted in
+graphs' memory pool (shared by every bucket, each captured when a step first needs it) are counted in
 :class:`~lm_eval_toolfid.engine.config.EngineStats` (``--verbose`` shows them). The warm-up and capture passes are
 not steps: the stats are put back as they were. A replayed step computes exactly what an eager step of the same
 shapes computes (tests/test_step_graphs.py compares them on a GPU, token for token); eager steps of the same
