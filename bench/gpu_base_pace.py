@@ -13,7 +13,10 @@ primer; every row in one batch unless ``--batch``), through the engine, with eac
 - **open**: the step's cache and mask (views of the slot buffers);
 - **rest**: the rest of ``DecodeBatch.step`` (the step's input ids and positions, the loop);
 
-plus admission (prompt passes; its forward passes apart) and joining the decode batch. The engine has no timing
+plus admission (prompt passes; its forward passes apart) and joining the decode batch. With ``--cuda-graphs`` the
+decode steps are captured once per bucket of live rows and replayed (``forward`` is then the replay's host time;
+captures are timed apart): the run prints steps replayed against steps launched op by op, host ms per step and the
+captures' time and memory. The engine has no timing
 hooks, so these parts are timed by wrapping the engine's methods that do them (:data:`SEAMS`); where the engine no
 longer has one of them, the benchmark stops and names it rather than leave that part out. Prints steps, live rows
 per step (quantiles, and steps and time by live rows: the tail one long row keeps alive), and per-step host time.
@@ -23,6 +26,7 @@ not move one).
 
     OMP_NUM_THREADS=2 nice .venv/bin/python bench/gpu_base_pace.py --cases 24                 # CPU, small
     python bench/gpu_base_pace.py --model /tmp/smollm2 --profile                               # one GPU, bfloat16
+    python bench/gpu_base_pace.py --model /tmp/smollm2 --cuda-graphs --tokens-ref eager.json   # replayed steps
 
 On the GPU machine (no registry: ``../shared/gpu.md``) pass the converted folder as ``--model``, or
 ``--gguf SmolLM2-135M-Instruct.Q4_1.gguf --model /tmp/smollm2`` to convert it there first.
@@ -59,6 +63,7 @@ class Meter:
     admit_forward: float = 0.0
     join: float = 0.0
     in_step: bool = False
+    in_graph: bool = False
     shapes: set[tuple[int, int]] = field(default_factory=set)
     copies: int = 0
     current: dict[str, float] = field(default_factory=dict)
@@ -83,7 +88,8 @@ SEAMS = ("engine.model_runner.ModelRunner.forward", "engine.model_runner.ModelRu
          "engine.decode_batch.DecodeBatch.step", "engine.decode_batch.DecodeBatch.join",
          "engine.decode_batch.DecodeBatch._release", "engine.decode_batch.take_token",
          "engine.admission.Admission.admit", "engine.kv_store.DecodeSlots.trim",
-         "engine.kv_store.DecodeSlots.open_step", "engine.kv_store.KVStore.place", "engine.kv_store.KVStore._indices")
+         "engine.kv_store.DecodeSlots.open_step", "engine.kv_store.KVStore.place", "engine.kv_store.KVStore._indices",
+         "engine.step_graphs.StepGraphs.run")
 """The engine's methods this benchmark times (under ``lm_eval_toolfid.``): each must exist, or the run stops."""
 
 
@@ -146,7 +152,9 @@ def instrument(meter: Meter) -> Callable[[], None]:
         if span:
             span[1].record()
             meter.spans.append(span)
-        if is_step:
+        if is_step and meter.in_graph:  # a capture's warm-up or recording: StepGraphs.run times it
+            pass
+        elif is_step:
             meter.add("forward", dt)
             mask = args[1] if len(args) > 1 else kwargs["attention_mask"]
             meter.shapes.add((int(mask.shape[0]), int(mask.shape[1])))
@@ -180,7 +188,20 @@ def instrument(meter: Meter) -> Callable[[], None]:
             meter.join += time.perf_counter() - t0
 
     from lm_eval_toolfid.engine.kv_store import KVStore
+    from lm_eval_toolfid.engine.step_graphs import StepGraphs
 
+    replay = StepGraphs.run
+
+    def timed_replay(self: Any, *args: Any, **kwargs: Any) -> Any:
+        meter.in_graph = True
+        t0 = time.perf_counter()
+        try:
+            return replay(self, *args, **kwargs)
+        finally:
+            meter.in_graph = False
+            meter.add("forward", time.perf_counter() - t0)
+
+    patch(StepGraphs, "run", timed_replay)
     place, indices = KVStore.place, KVStore._indices
 
     def counted_place(kv: Any, slot: int, first: int, src: Any) -> None:
@@ -291,6 +312,11 @@ def report(meter: Meter, wall: float, tokens: int, stats: Any, device: Any) -> N
               f"{1e3 * total[p] / n:8.3f}ms {1e6 * total[p] / max(1.0, sum(rows)):11.2f}us")
     host = step_wall - total["forward"]
     print(f"  host work outside the forward call: {host:.3f} s ({1e3 * host / n:.3f} ms a step)")
+    replayed = stats.steps_replayed
+    print(f"  decode steps replayed from CUDA graphs {replayed}, launched op by op {len(stats.step_rows) - replayed}; "
+          f"host time per step {1e3 * step_wall / n:.3f} ms; captures {stats.graph_captures} in "
+          f"{stats.capture_seconds:.3f} s (inside the replayed steps' forward), graph memory "
+          f"{stats.graph_bytes / 2**20:.0f} MiB")
     if meter.spans:
         meter.sync()
         dev = sum(a.elapsed_time(b) for a, b in meter.spans) / 1e3
@@ -355,6 +381,8 @@ def main() -> None:
     parser.add_argument("--sdpa", default="default", choices=("default", "cudnn", "efficient", "flash", "math"),
                         help="the attention backend torch's SDPA may use (default: its own choice)")
     parser.add_argument("--profile", action="store_true", help="torch.profiler summary of the last run")
+    parser.add_argument("--cuda-graphs", action="store_true", help="capture each decode step once per bucket of live "
+                        "rows and replay it (CUDA; on the CPU: steps at the captured shapes, run eagerly)")
     parser.add_argument("--stand-in", action="store_true", help="a stand-in model without arithmetic "
                         "(bench/_stand_in.py): only the engine's own work is timed; rows stop after the lengths of "
                         "--lengths-from, else of a spread like the real view's")
@@ -417,7 +445,8 @@ def main() -> None:
     for rep in range(repeat):
         rows = make_rows()
         config = EngineConfig(max_batch=args.batch or len(rows), share_prefixes=not args.no_share,
-                              prefill_tokens=PREFILL_TOKENS.get(device.type, PREFILL_TOKENS["cpu"]))
+                              prefill_tokens=PREFILL_TOKENS.get(device.type, PREFILL_TOKENS["cpu"]),
+                              cuda_graphs=args.cuda_graphs, graph_shapes=args.cuda_graphs and device.type != "cuda")
         engine = GreedyEngine(model, pad, config)
         meter = Meter(sync, events=device.type == "cuda")
         restore = instrument(meter)
@@ -440,7 +469,8 @@ def main() -> None:
                 prof.__exit__(None, None, None)
             restore()
         print(f"run {rep + 1} of {repeat} (max_batch {config.max_batch}, prefixes "
-              f"{'computed whole' if args.no_share else 'shared'}, SDPA backend {args.sdpa}):")
+              f"{'computed whole' if args.no_share else 'shared'}, SDPA backend {args.sdpa}, CUDA graphs "
+              f"{'on' if args.cuda_graphs else 'off'}):")
         report(meter, wall, sum(len(r.tokens) for r in results), engine.stats, device)
         if prof is not None:
             profile_summary(prof, len(meter.steps), device)

@@ -52,18 +52,22 @@ class _Model:
             own = len(values)
             mask = slots.mask[b, slots.lo:slots.T].tolist()
             assert mask == [0] * (width - own) + [1] * own, (b, mask)
+            # 0 outside the columns read too: a captured step reads every column of the buffers
+            assert not slots.mask[b, :slots.lo].any() and not slots.mask[b, slots.T:].any(), b
             want = torch.tensor(values).view(1, own, 1).expand(HEADS, own, DIM)
             for k, v in slots.kv:
                 assert torch.equal(k[b, :, slots.T - own:slots.T], want), b
                 assert torch.equal(v[b, :, slots.T - own:slots.T], -want), b
 
 
-@pytest.mark.parametrize("indexed", [False, True])
+@pytest.mark.parametrize("indexed,graph", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("seed", range(6))
-def test_rows_keep_their_own_columns_through_joins_steps_moves_and_trims(seed: int, indexed: bool) -> None:
+def test_rows_keep_their_own_columns_through_joins_steps_moves_and_trims(seed: int, indexed: bool, graph: bool) -> None:
     """``indexed``: joining and moving rows copied in one indexed copy per buffer (what a GPU does), else a slice
-    per row and span."""
+    per row and span. ``graph``: steps at a captured step's shapes (rows padded to their bucket with free slots,
+    every column read, the write column a device index): the live rows' columns are the same."""
     from lm_eval_toolfid.engine.kv_store import DecodeSlots, KVStore
+    from lm_eval_toolfid.engine.step_graphs import bucket_for
 
     rng = random.Random(seed)
     store = KVStore(torch, torch.device("cpu"), LAYERS)
@@ -86,12 +90,17 @@ def test_rows_keep_their_own_columns_through_joins_steps_moves_and_trims(seed: i
             slots.join(n, joins, need=max(left for _, left in model.rows) + 1, waiting=rng.randint(0, 4))
         else:  # a step: every live row appends a column, then rows leave (several at once, budgets spent or not)
             steps += 1
-            cache, mask = slots.open_step(n)
-            assert mask.shape == (n, slots.T - slots.lo)
-            step = torch.tensor([-steps - b / 128 for b in range(n)])
-            new = step.view(n, 1, 1, 1).expand(n, HEADS, 1, DIM)
+            lo, T, shortest = slots.lo, slots.T, min(len(r[0]) for r in model.rows)
+            b = bucket_for(n, slots.kv[0][0].shape[0]) if graph else n
+            cache, mask, padded = slots.open_step(n, shortest, b, full=graph)
+            assert mask.shape == ((b, slots.cap) if graph else (n, slots.T - slots.lo))
+            assert padded == (graph or shortest < T - lo)
+            assert int(slots.at) == (T if graph else T - lo) and mask[:, -1 if not graph else T].all()
+            step = torch.tensor([-steps - r / 128 for r in range(b)])
+            new = step.view(b, 1, 1, 1).expand(b, HEADS, 1, DIM)
             for layer in cache.layers:
-                layer.update(new, -new)
+                keys, _ = layer.update(new, -new)
+                assert keys.shape[2] == mask.shape[1]
             for b, row in enumerate(model.rows):
                 row[0].append(float(step[b]))
                 row[1] -= 1

@@ -147,13 +147,15 @@ def _models(args: argparse.Namespace) -> Models:
                            "drop one of them")
     if backend == "vllm":
         for flag, value in (("--device", args.device), ("--views-together", args.views_together),
-                            ("--check-stops", args.check_stops), ("--revision", getattr(args, "revision", None))):
+                            ("--check-stops", args.check_stops), ("--revision", getattr(args, "revision", None)),
+                            ("--cuda-graphs", args.cuda_graphs)):
             if value:
                 raise ToolfidError(f"{flag} does not apply to --backend vllm (vLLM places and batches the models "
                                    "itself; engine options: --vllm-arg KEY=VALUE)")
     elif server:
         for flag, value in (("--null-runs", args.null_runs), ("--device", args.device), ("--dtype", args.dtype),
-                            ("--views-together", args.views_together), ("--revision", getattr(args, "revision", None))):
+                            ("--views-together", args.views_together), ("--revision", getattr(args, "revision", None)),
+                            ("--cuda-graphs", args.cuda_graphs)):
             if value:
                 raise ToolfidError(f"{flag} does not apply to --server (the server loads the models; calibrate in "
                                    "process with toolfid calibrate)")
@@ -167,7 +169,8 @@ def _models(args: argparse.Namespace) -> Models:
     if backend == "vllm":
         return VllmOptions(dtype=args.dtype, engine_args=parse_engine_args(items))
     return ModelOptions(batch_size=args.batch_size, device=args.device, dtype=args.dtype,
-                        views_together=args.views_together, revision=getattr(args, "revision", None))
+                        views_together=args.views_together, revision=getattr(args, "revision", None),
+                        cuda_graphs=args.cuda_graphs == "on")
 
 
 def _finish(command: RunCommand, base_view: ViewResult, views: list[ViewResult]) -> int:
@@ -225,6 +228,9 @@ def add_run_options(p: argparse.ArgumentParser, adapters: bool = False, served: 
     speed.add_argument("--views-together", dest="views_together", type=positive_int, default=None, metavar="N",
                        help="decode up to N views (the base and its adapters) in one batch, each row under its own "
                             "LoRA (default: as many as memory holds; 1: one view at a time)")
+    speed.add_argument("--cuda-graphs", dest="cuda_graphs", choices=("on", "off"), default=None,
+                       help="on a CUDA device: capture each decode step once per batch size and replay it (same "
+                            "outputs; default: off; ignored, with one line, elsewhere)")
     add_output_option(outputs, "folder for results and samples (default runs/toolfid-<time>)")
     outputs.add_argument("--log_samples", "--log-samples", dest="log_samples", action="store_true",
                          help="accepted as in lm_eval: toolfid always writes every view's per-case samples "

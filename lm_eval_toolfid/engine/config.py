@@ -41,6 +41,14 @@ class EngineStats:
     prefix_nodes: int = 0
     prefix_peak_tokens: int = 0
     """Most shared-prefix tokens whose KV was held at once."""
+    steps_replayed: int = 0
+    """Decode steps replayed from a captured CUDA graph (the rest of ``step_rows`` were launched op by op)."""
+    graph_captures: int = 0
+    """Decode steps captured (one per bucket of rows and allocation of the decode buffers)."""
+    capture_seconds: float = 0.0
+    """Time the captures took (each: two eager warm-up steps and the recording)."""
+    graph_bytes: int = 0
+    """GPU memory the captures reserved (the graphs' shared pool)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,12 @@ class EngineConfig:
     stack_lora: bool = True
     """Adapter rows' LoRA deltas in one computation per layer for every adapter (:mod:`lm_eval_toolfid.engine.
     lora_batch`); False: PEFT's own forward (its mixed batch in a joint run)."""
+    cuda_graphs: bool = False
+    """CUDA: capture the decode step once per bucket of live rows and replay it (:mod:`~lm_eval_toolfid.engine.
+    step_graphs`); ignored elsewhere. Off until measured faster with equal answers on a GPU (docs/performance.md)."""
+    graph_shapes: bool = False
+    """Run decode steps at a captured step's shapes (rows padded to their bucket, every column of the buffers read)
+    without capturing them: what a replay computes, step by step (tests compare it with plain steps on the CPU)."""
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from lm_eval_toolfid.engine.handoffs import Joining
 from lm_eval_toolfid.engine.kv_store import DecodeSlots, KVStore
 from lm_eval_toolfid.engine.model_runner import ModelRunner
 from lm_eval_toolfid.engine.rows import LiveRow
+from lm_eval_toolfid.engine.step_graphs import StepGraphs, bucket_for
 
 
 class DecodeBatch:
@@ -26,8 +27,15 @@ class DecodeBatch:
         ids built from Python lists, no host-to-device copy per step)."""
         self.positions: Any = None
         """Slot b's position, ``[slots, 1]`` on the model's device (one added per step)."""
+        self.view_ids: Any = None
+        """Slot b's view, ``[slots]`` on the model's device: its index in the run's views (a joint run), for adapter
+        routing that reads it on the device (:attr:`ModelRunner.routes_on_device`)."""
         self.shared = 0
         """Live rows on a shared prefix (their tokens need top-two gaps: :func:`take_token`)."""
+        self.graphs = step_graphs_for(runner, context)
+        """The captured steps (None: every step launched op by op)."""
+        self.padded_steps = self.graphs is not None or context.config.graph_shapes
+        """Steps run at a captured step's shapes: rows padded to their bucket, every column read."""
 
     def join(self, joining: Sequence[Joining], waiting: int) -> None:
         """Put the joining rows into free slots (``waiting``: rows not yet admitted, room a new buffer may keep
@@ -46,23 +54,33 @@ class DecodeBatch:
         slots = self.slots.kv[0][0].shape[0]
         if self.ids is None or self.ids.shape[0] < slots:
             ids, positions = (torch.zeros((slots, 1), dtype=torch.long, device=device) for _ in range(2))
+            view_ids = torch.zeros(slots, dtype=torch.long, device=device)
             if n:
-                ids[:n], positions[:n] = self.ids[:n], self.positions[:n]
-            self.ids, self.positions = ids, positions
-        new = torch.tensor([[live.pending, len(live.row.prompt) + len(live.result.tokens) - 1] for live in lives],
+                ids[:n], positions[:n], view_ids[:n] = self.ids[:n], self.positions[:n], self.view_ids[:n]
+            self.ids, self.positions, self.view_ids = ids, positions, view_ids
+        views = self.context.views
+        new = torch.tensor([[live.pending, len(live.row.prompt) + len(live.result.tokens) - 1,
+                             views.index(live.row.view) if views else 0] for live in lives],
                            dtype=torch.long).to(device)
         self.ids[n:n + len(lives)] = new[:, :1]
-        self.positions[n:n + len(lives)] = new[:, 1:]
+        self.positions[n:n + len(lives)] = new[:, 1:2]
+        self.view_ids[n:n + len(lives)] = new[:, 2]
 
     def step(self) -> list[LiveRow]:
         """One decode step for every live row (slots ``0..n-1`` of the buffers: views, no copy); returns the rows
         that stopped, which leave at once."""
         runner, record, joint = self.runner, self.config.record_gaps, self.context.joint
-        n = len(self.rows)
-        cache, mask = self.slots.open_step(n)
-        logits = runner.forward(self.ids[:n], mask, self.positions[:n], cache, 1, step=True,
-                                views=[live.row.view for live in self.rows] if joint else None)
-        best, gaps = runner.pick(logits, with_gaps=record or joint or self.shared > 0, out=self.ids[:n])
+        n, slots = len(self.rows), self.slots
+        rows = bucket_for(n, slots.kv[0][0].shape[0]) if self.padded_steps else n  # the step's rows, padded
+        cache, mask, padded = slots.open_step(n, min(live.length for live in self.rows), rows, full=self.padded_steps)
+        views = [live.row.view for live in self.rows] + [None] * (rows - n) if joint else None
+
+        def forward() -> Any:
+            return runner.forward(self.ids[:rows], mask, self.positions[:rows], cache, 1, step=True, views=views,
+                                  padded=padded, view_index=self.view_ids[:rows])
+
+        logits = self.graphs.run(rows, slots.generation, forward) if self.graphs is not None else forward()
+        best, gaps = runner.pick(logits[:n], with_gaps=record or joint or self.shared > 0, out=self.ids[:n])
         self.positions[:n] += 1
         finished, done = [], []
         for b, live in enumerate(self.rows):
@@ -92,5 +110,15 @@ class DecodeBatch:
             slot.pop()
         moves = [(src, dst, rows[dst].length) for dst, src in enumerate(slot) if src != dst]
         if moves:
-            self.slots.move_rows(moves, also=(self.ids, self.positions))
+            self.slots.move_rows(moves, also=(self.ids, self.positions, self.view_ids))
         self.slots.trim(len(rows), max((live.length for live in rows), default=0))
+
+
+def step_graphs_for(runner: ModelRunner, context: RunContext) -> StepGraphs | None:
+    """The run's captured steps: with ``cuda_graphs`` on a CUDA model, unless the run is joint and its adapter
+    routing is built on the host (PEFT's mixed batch: such a run steps eagerly, the same tokens)."""
+    if not context.config.cuda_graphs or runner.device.type != "cuda":
+        return None
+    if context.joint and not runner.routes_on_device:
+        return None
+    return StepGraphs(runner.torch, runner.stats)

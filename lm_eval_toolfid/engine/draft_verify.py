@@ -63,8 +63,10 @@ class DraftVerifier:
             positions = start[:, None] + torch.arange(C)[None, :]
             for layer in layers:  # room for this chunk
                 layer.reserve(width + C)
-            logits = runner.forward(ids, mask, positions, store.cache(layers), C,
-                                    views=[rows[r].view for r in todo] if self.context.joint else None)
+            device = runner.device  # the host's mask says whether any row is padded (no device round trip)
+            logits = runner.forward(ids.to(device), mask.to(device), positions.to(device), store.cache(layers), C,
+                                    views=[rows[r].view for r in todo] if self.context.joint else None,
+                                    padded=not bool(mask.all()), tokens=int(cmask.sum()))
             best, gaps = runner.pick(logits)
             del logits
             states: list[tuple[RowState, LiveRow, KVRef]] = []

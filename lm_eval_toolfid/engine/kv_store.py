@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from lm_eval_toolfid.engine.slot_cache import slot_cache_classes
+from lm_eval_toolfid.engine.slot_cache import slot_cache_classes, window_layer_class
 
 LayerKV = Sequence[tuple[Any, Any]]
 """Per layer: a keys and a values buffer, ``[rows, heads, columns, dim]``."""
@@ -137,9 +137,13 @@ class DecodeSlots:
         self.T = 0
         self.lo = 0
         self.cap = 0
-        self.opened: tuple[int, int, Any] | None = None
-        """The last step's ``(rows, T after it, cache)``: the next step of as many rows, nothing moved or joined
-        since, appends to the same cache (its layers stand exactly where a new one's would)."""
+        self.at: Any = None
+        """The column a decode step writes, counted from its first read column: a one-element device tensor."""
+        self.generation = 0
+        """How many times the buffers were allocated (a captured step holds the addresses of one generation)."""
+        self.opened: tuple[tuple[int, int, int], Any] | None = None
+        """The last step's ``((rows, first column, generation), cache)``: a step of as many rows from the same column
+        reuses its layers (their views stand where a new one's would)."""
 
     def join(self, n: int, joins: Sequence[tuple[int, KVRef]], need: int, waiting: int) -> None:
         """Rows ``(length, KV)`` into slots ``n..`` (``n`` live rows before them), right-aligned at ``T``.
@@ -150,7 +154,6 @@ class DecodeSlots:
         Otherwise they are allocated again, with room for ``waiting`` rows more up to ``max_batch``, the live rows
         copied in: once per admission at most, never per step. Live rows' masks are 0 outside their own columns."""
         torch = self.store.torch
-        self.opened = None
         m = len(joins)
         width = self.T - self.lo  # the live rows' columns
         W = max([width, *(length for length, _ in joins)])  # the columns a step reads after the join
@@ -164,8 +167,8 @@ class DecodeSlots:
                     k[:n, :, shift:W] = k[:n, :, self.lo:self.T].clone()
                     v[:n, :, shift:W] = v[:n, :, self.lo:self.T].clone()
                 self.mask[:n, shift:W] = self.mask[:n, self.lo:self.T].clone()
-                self.mask[:n, :shift] = 0
-                self.mask[:n, W:] = 0
+                self.mask[:n, :shift] = False
+                self.mask[:n, W:] = False
             self.lo, self.T = 0, W
         else:
             slots = max(n + m, min(self.max_batch, n + m + waiting))
@@ -173,13 +176,16 @@ class DecodeSlots:
             # is plentiful); CUDA: exactly what auto's memory estimate counted (the whole view is usually one batch)
             cap = W + need + (W // 4 if self.spare_columns else 0)
             kv = self.store.alloc(joins[0][1].kv, slots, cap)
-            mask = torch.zeros((slots, cap), dtype=torch.long, device=self.store.device)
+            mask = torch.zeros((slots, cap), dtype=torch.bool, device=self.store.device)
             if n:
                 for (k, v), (ok, ov) in zip(kv, self.kv):
                     k[:n, :, W - width:W] = ok[:n, :, self.lo:self.T]
                     v[:n, :, W - width:W] = ov[:n, :, self.lo:self.T]
                 mask[:n, W - width:W] = self.mask[:n, self.lo:self.T]
             self.kv, self.mask, self.cap = kv, mask, cap
+            self.at = torch.zeros(1, dtype=torch.long, device=self.store.device)
+            self.generation += 1
+            self.opened = None
             self.lo, self.T = 0, W
         T = self.T
         self.store.place_many(self.kv, [(n + j, T - length, src) for j, (length, src) in enumerate(joins)])
@@ -187,20 +193,27 @@ class DecodeSlots:
         cols = torch.arange(self.cap, device=self.store.device)
         self.mask[n:n + m] = (cols >= first[:, None]) & (cols < T)  # each joining row: 1 on its own columns
 
-    def open_step(self, n: int) -> tuple[Any, Any]:
-        """The cache and mask of one decode step of the ``n`` live rows (views of columns ``lo..`` of the buffers,
-        no copy): the step's token takes column ``T`` (``T`` moves past it)."""
-        T, lo = self.T, self.lo
-        self.mask[:n, T] = 1
-        opened = self.opened
-        if opened is not None and opened[0] == n and opened[1] == T:
-            cache = opened[2]
-        else:
-            cache = self.store.cache([self.store.SlotLayer(self.cap - lo, k[:n, :, lo:], v[:n, :, lo:], length=T - lo)
-                                      for k, v in self.kv])
+    def open_step(self, n: int, shortest: int, rows: int | None = None, full: bool = False) -> tuple[Any, Any, bool]:
+        """The cache, mask and whether any row is padded, for one decode step of the ``n`` live rows (``shortest``:
+        the fewest columns a live row holds before the step): views of the buffers, no copy. The step's token takes
+        column ``T`` (``T`` moves past it), written at the device index :attr:`at` (filled here, before the pass).
+        ``rows``: the step's rows, the ``n`` live ones padded up to ``rows`` with free slots (a captured step's
+        bucket: each reads its own new column; what it computes is never read); ``full``: the step reads every
+        column of the buffers (a captured step's fixed window), else columns ``lo..T`` (what the live rows use)."""
+        T, b = self.T, rows or n
+        lo = 0 if full else self.lo
+        self.mask[:b, T] = True
+        self.at.fill_(T - lo)
+        key = (b, lo, self.generation)
+        if self.opened is None or self.opened[0] != key:
+            Window = window_layer_class()
+            self.opened = (key, self.store.cache([Window(k[:b, :, lo:], v[:b, :, lo:], self.at) for k, v in self.kv]))
+        cache = self.opened[1]
+        width = self.cap - lo if full else T + 1 - lo
+        for layer in cache.layers:
+            layer.width = width
         self.T = T + 1
-        self.opened = (n, T + 1, cache)
-        return cache, self.mask[:n, lo:T + 1]
+        return cache, self.mask[:b, lo:lo + width], full or b > n or shortest < T - lo
 
     def move_rows(self, moves: Sequence[tuple[int, int, int]], also: Sequence[Any] = ()) -> None:
         """For each ``(src, dst, length)`` of ``moves``, slot ``src``'s last ``length`` columns (up to ``T``), its
@@ -221,13 +234,11 @@ class DecodeSlots:
             self.mask[dst] = self.mask[src]
             for t in also:
                 t[dst] = t[src]
-        self.opened = None
 
     def trim(self, n: int, longest: int) -> None:
         """``n`` live rows, the longest ``longest`` columns: steps stop reading the columns before them once they
         are a quarter of the columns read (and more than 64; nothing is copied); none left: start over at column
         0."""
-        self.opened = None
         if not n:
             self.T = self.lo = 0
             return

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from lm_eval_toolfid.engine.config import EngineStats
 from lm_eval_toolfid.engine.lora_batch import BatchedLora, lora_layers, lora_stack, say_once, stack_unsupported
+from lm_eval_toolfid.engine.masks import prepared_mask
 
 
 BASE_VIEW = "__base__"
@@ -109,7 +110,9 @@ class ModelRunner:
         self.fit = fit
         self.pad_id = pad_id
         self.stats = stats
-        self.device = next(model.parameters()).device
+        first = next(model.parameters())
+        self.device, self.dtype = first.device, first.dtype
+        self.config = text_config(model)
         self._routed = False
         """:meth:`routing` holds hooks on the LoRA layers: a pass hands them its rows' adapters (:attr:`_row_views`)
         instead of PEFT's ``adapter_names=`` argument."""
@@ -124,28 +127,40 @@ class ModelRunner:
         else:
             self.attention = contextlib.nullcontext
 
+    routes_on_device = False
+    """Whether a joint pass's adapter routing reads each row's adapter from a device tensor (``view_index``), so a
+    captured decode step can hold it. PEFT's mixed batch (``adapter_names``) builds index lists on the host on every
+    pass, which a CUDA graph cannot hold: joint runs then step eagerly (:mod:`~lm_eval_toolfid.engine.step_graphs`).
+    The stacked LoRA computation that reads ``view_index`` sets it."""
+
     def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any, keep: int,
-                step: bool = False, views: Sequence[str | None] | Any = None) -> Any:
+                step: bool = False, views: Sequence[str | None] | Any = None, *, padded: bool = True,
+                tokens: int | None = None, view_index: Any = None) -> Any:
         """Logits of the last ``keep`` positions, [batch, keep, vocab] (float32); ``step``: a decode step (else a
         prompt or draft pass); ``views``: a joint run's pass names each row's adapter (None: the base, PEFT's
         ``__base__``), so one pass serves every view (with the stacked LoRA computation, also as a ``[rows]`` long
-        tensor on the device: :meth:`view_index`); without ``views`` every row runs on the model as it is. The
-        tensors may be on the CPU: they are moved to the model's device."""
-        device = self.device
-        input_ids, attention_mask, position_ids = input_ids.to(device), attention_mask.to(device), position_ids.to(device)
+        tensor on the device: :meth:`view_index`); without ``views`` every row runs on the model as it is.
+
+        No host round trip between the inputs and the logits (tests/test_host_sync.py counts them): the tensors are
+        on the model's device already, and what the host knows it says: ``padded`` (whether any row has a 0 in
+        ``attention_mask``: decides the mask the model gets, :func:`~lm_eval_toolfid.engine.masks.prepared_mask`)
+        and ``tokens`` (a prompt or draft pass's tokens, padding excluded: the stats). ``view_index``: each row's
+        index in the run's views, a device tensor (a decode step's per-slot buffer), for routing that reads it
+        (:attr:`routes_on_device`)."""
         stats = self.stats
         stats.forward_passes += 1
+        rows, q = int(input_ids.shape[0]), int(input_ids.shape[1])
         if step:
-            stats.step_rows.append(int(input_ids.shape[0]))
+            stats.step_rows.append(rows)
         else:
-            stats.prompt_tokens += int(attention_mask[:, -input_ids.shape[1]:].sum())
-            stats.padded_tokens += int(input_ids.numel())
-        stats.logit_rows += int(input_ids.shape[0]) * keep
+            stats.prompt_tokens += rows * q if tokens is None else tokens
+            stats.padded_tokens += rows * q
+        stats.logit_rows += rows * keep
         kwargs: dict[str, Any] = {"logits_to_keep": keep} if self.fit.keep_logits else {}
         kwargs[self.fit.cache_arg] = cache
         if views is not None:
-            if len(views) != int(input_ids.shape[0]):
-                raise ValueError(f"a joint pass of {int(input_ids.shape[0])} rows names {len(views)} views")
+            if len(views) != rows:
+                raise ValueError(f"a joint pass of {rows} rows names {len(views)} views")
             if self.lora is not None:
                 self.lora.select(views)
             else:
@@ -154,8 +169,9 @@ class ModelRunner:
                     self._row_views = names
                 else:
                     kwargs["adapter_names"] = names
+        mask = prepared_mask(self.config, attention_mask, q, padded, self.dtype)
         with self.attention():
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+            out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
                              use_cache=True, **kwargs)
         logits = out.logits
         if logits.shape[1] > keep:

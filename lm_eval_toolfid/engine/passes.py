@@ -55,5 +55,8 @@ def run_pass(runner: ModelRunner, store: KVStore, entries: Sequence[PassEntry], 
         kv = store.alloc(next(e.prefix for e in entries if e.depth).kv, B, P + S)
         store.place_many(kv, [(r, P - e.depth, e.prefix) for r, e in enumerate(entries) if e.depth])
         cache = store.cache(store.layers(kv, P))
-    logits = runner.forward(ids, mask, positions, cache, keep, views=[e.view for e in entries] if joint else None)
+    padded = any(e.depth < P or len(e.tokens) < S for e in entries)
+    ids, mask, positions = (t.to(runner.device) for t in (ids, mask, positions))
+    logits = runner.forward(ids, mask, positions, cache, keep, views=[e.view for e in entries] if joint else None,
+                            padded=padded, tokens=sum(len(e.tokens) for e in entries))
     return PassOut(logits, tuple(KVRef.of_layers(cache.layers, r, s) for r, s in enumerate(spans)))

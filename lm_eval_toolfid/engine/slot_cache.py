@@ -1,5 +1,6 @@
 """The KV cache the model writes into: per-layer preallocated ``[rows, heads, capacity, dim]`` buffers, appended in
-place (:class:`SlotLayer`), as a transformers :class:`~transformers.cache_utils.Cache` (:class:`SlotCache`).
+place (:class:`SlotLayer`: prompt and draft passes; :class:`WindowLayer`: a decode step, written at a device-side
+column index), as a transformers :class:`~transformers.cache_utils.Cache` (:class:`SlotCache`).
 
 The classes derive from transformers' own, so they are made on first use (:func:`slot_cache_classes`): importing
 the engine imports no torch."""
@@ -72,3 +73,42 @@ def slot_cache_classes() -> tuple[type, type]:
             Cache.__init__(self, layers=layers)
 
     return SlotLayer, SlotCache
+
+
+@functools.cache
+def window_layer_class() -> type:
+    """:class:`WindowLayer`."""
+    from transformers.cache_utils import DynamicLayer
+
+    class WindowLayer(DynamicLayer):
+        """A decode step's layer over a ``[rows, heads, columns, dim]`` view of the slot buffers: the step's keys and
+        values are written at column ``at`` (a one-element device tensor: ``index_copy_``, as transformers'
+        ``StaticCache`` writes), and the first ``width`` columns are read (the mask says which of them each row
+        attends to). The same layer serves every step whose rows and first column are the same; only ``at`` (on the
+        device) and ``width`` change, and a captured step reads every column (``width`` fixed)."""
+
+        def __init__(self, keys: Any, values: Any, at: Any) -> None:
+            super().__init__()
+            self.kbuf, self.vbuf, self.at = keys, values, at
+            self.width = keys.shape[2]
+            self.dtype, self.device = keys.dtype, keys.device
+            self.is_initialized = True
+            self.keys, self.values = keys, values
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            self.kbuf.index_copy_(2, self.at, key_states)
+            self.vbuf.index_copy_(2, self.at, value_states)
+            if self.width == self.kbuf.shape[2]:
+                return self.kbuf, self.vbuf
+            return self.kbuf[:, :, :self.width], self.vbuf[:, :, :self.width]
+
+        def get_seq_length(self) -> int:
+            return self.width - 1
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            return self.width - 1 + query_length, 0
+
+        def crop(self, tokens_to_remove: int) -> None:  # pragma: no cover - not used by the engine
+            raise NotImplementedError
+
+    return WindowLayer

@@ -171,8 +171,11 @@ def generation_paths(rows: list[Any], base: Any = None) -> str:
     by_reason: dict[str, list[str]] = {}
     groups: list[tuple[str, ...]] = []
     notes: list[str] = []
+    graphs: list[str] = []
     for row in [*([base] if base is not None else []), *rows]:
         gen = (row.toolfid or {}).get("generation") or {}
+        if gen.get("step_graphs"):
+            graphs.append(step_graphs_note(row.label, gen["step_graphs"]))
         if row is not base and gen.get("verify_reason"):
             by_reason.setdefault(gen["verify_reason"] + drafting_note(gen), []).append(row.label)
         together = tuple(gen.get("views_together") or ())
@@ -184,7 +187,15 @@ def generation_paths(rows: list[Any], base: Any = None) -> str:
     if groups:
         lines.append("decoded together, one batch per group, each row under its own LoRA: "
                      + "; ".join(" + ".join(g) for g in groups) + (f" ({'; '.join(notes)})" if notes else ""))
+    if graphs:
+        lines.append("decode steps replayed from CUDA graphs: " + "; ".join(dict.fromkeys(graphs)))
     return "\n".join(_fill(line) for line in lines)
+
+
+def step_graphs_note(label: str, graphs: dict[str, Any]) -> str:
+    """A view's captured decode steps in words (``--cuda-graphs on``)."""
+    return (f"{label} {graphs.get('steps_replayed', 0)} of {graphs.get('steps', 0)} steps ({graphs.get('captures', 0)} "
+            f"captures, {graphs.get('capture_seconds', 0):.2f} s, {graphs.get('graph_bytes', 0) / 2**20:.0f} MiB)")
 
 
 def drafting_note(gen: dict[str, Any]) -> str:

@@ -39,6 +39,8 @@ class ModelOptions:
     revision: str | None = None
     """A hub base's revision (``--revision``: a branch, tag or commit), as lm-eval's ``revision=``: the base's
     identity records the commit it resolves to."""
+    cuda_graphs: bool = False
+    """Decode steps captured as CUDA graphs and replayed (``--cuda-graphs on``; a CUDA device only)."""
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,8 @@ class ModelSession:
             kwargs["dtype"] = self.options.dtype
         if self.options.revision:
             kwargs["revision"] = self.options.revision
+        if self.options.cuda_graphs:
+            kwargs["cuda_graphs"] = True
         progress = self.progress
         if progress is not None:
             progress.message(f"loading {self.base} on {kwargs['device']}")

@@ -107,15 +107,30 @@ def verify_logits_for(device: Any, prefill_tokens: int | None = None) -> int:
     return max(1, full * prefill_tokens // PREFILL_TOKENS.get(device.type, PREFILL_TOKENS["cpu"]))
 
 
-def auto_batch_size(model: Any, device: Any, row_tokens: list[int]) -> int:
-    """Rows to decode at once for a view whose rows need ``row_tokens`` (prompt + budget) each."""
+def auto_batch_size(model: Any, device: Any, row_tokens: list[int], graphs: bool = False) -> int:
+    """Rows to decode at once for a view whose rows need ``row_tokens`` (prompt + budget) each; ``graphs``: decode
+    steps are captured (their memory counted per row: :func:`graph_bytes_per_row`)."""
     import torch
 
     n = max(1, len(row_tokens))
     kind = torch.device(device).type
     cap = n if kind != "cpu" else min(n, CPU_MAX_BATCH)
     fits = rows_in_memory(model, device, row_tokens)
+    if graphs and fits:  # each row also pays its share of the captured steps' memory
+        per_row = kv_bytes_per_token(model) * max(row_tokens or [1])
+        fits = fits * per_row // (per_row + graph_bytes_per_row(model))
     return cap if fits is None else max(1, min(cap, fits))
+
+
+def graph_bytes_per_row(model: Any) -> int:
+    """What captured decode steps keep per row of their largest bucket: a step's activations (the graphs' memory
+    pool is their own, not shared with the other passes) and its logits, float32 and the model's dtype."""
+    base, config = base_model(model), text_config(model)
+    hidden = int(config.hidden_size)
+    inner = int(getattr(config, "intermediate_size", None) or 4 * hidden)
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    dtype_bytes = next(base.parameters()).element_size()
+    return (4 * inner + 8 * hidden + vocab) * dtype_bytes + 4 * vocab
 
 
 def rows_in_memory(model: Any, device: Any, row_tokens: list[int]) -> int | None:

@@ -80,6 +80,17 @@ class GenerationInfo:
     lora_stacked: bool = False
     """Its LoRA delta came from the engine's stacked computation (one per layer for every adapter), not PEFT's."""
     lora_near_ties: int = 0
+    step_graphs: dict[str, Any] | None = None
+    """The engine run's captured decode steps (:func:`step_graphs_record`; None: none captured)."""
+
+
+def step_graphs_record(stats: Any) -> dict[str, Any] | None:
+    """An engine run's CUDA graphs, from its stats: decode steps replayed of all steps, captures, their seconds and
+    the memory they reserved; None when nothing was captured."""
+    if not stats.graph_captures:
+        return None
+    return {"steps_replayed": stats.steps_replayed, "steps": len(stats.step_rows), "captures": stats.graph_captures,
+            "capture_seconds": round(stats.capture_seconds, 3), "graph_bytes": stats.graph_bytes}
 
 
 def summarize_generation(infos: Iterable[Any], verify: bool | None = None, adapter_view: bool = True) -> dict[str, Any]:
@@ -141,6 +152,9 @@ def summarize_generation(infos: Iterable[Any], verify: bool | None = None, adapt
         note = next((r.views_together_note for r in ours if r.views_together_note), None)
         if note:
             out["views_together_note"] = note
+        graphs = next((r.step_graphs for r in ours if r.step_graphs), None)
+        if graphs is not None:
+            out["step_graphs"] = graphs
         stopped = next((r.drafting_stopped for r in ours if r.drafting_stopped), None)
         if stopped is not None:
             out["drafting_stopped"] = stopped

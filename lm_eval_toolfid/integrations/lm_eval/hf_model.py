@@ -51,7 +51,7 @@ from lm_eval_toolfid.engine.decoding import (EngineConfig, EngineUnsupported, Gr
 from lm_eval_toolfid.engine.scheduler import drafting_stopped
 from lm_eval_toolfid.integrations.lm_eval.stopping import RowStopper, eos_token_ids, make_stopping_criteria
 from lm_eval_toolfid.integrations.lm_eval.verify_policy import VerifyChoice, choose_verify, combine_requests
-from lm_eval_toolfid.integrations.lm_eval.generation_record import GenerationInfo
+from lm_eval_toolfid.integrations.lm_eval.generation_record import GenerationInfo, step_graphs_record
 from lm_eval_toolfid.integrations.lm_eval.prompt_fit import check_prompts_fit
 from lm_eval_toolfid.integrations.lm_eval.hints import RequestHints, hints_of
 from lm_eval_toolfid.integrations.lm_eval.joint import (JointAnswer, JointRun, JointView, adapters_enabled,
@@ -168,7 +168,15 @@ class ToolfidHFLM(HFLM):
     """While on, each generated row's tokens are stored in :attr:`drafts` (the base view of a session)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        graphs = kwargs.pop("cuda_graphs", False)
         super().__init__(*args, **kwargs)
+        self.cuda_graphs = graphs in (True, 1, "on", "true", "True")
+        """Model arg ``cuda_graphs`` (``toolfid run --cuda-graphs on``): decode steps captured and replayed on a CUDA
+        device (:mod:`lm_eval_toolfid.engine.step_graphs`); elsewhere ignored, said in one line."""
+        if self.cuda_graphs and self.device.type != "cuda":
+            log.warning("toolfid: --cuda-graphs on ignored: the model is on %s (CUDA graphs need a CUDA device)",
+                        self.device.type)
+            self.cuda_graphs = False
         self.drafts: dict[str, list[int]] = {}
         """context text -> the base's generated token ids (filled while ``record_drafts``)."""
         self.oom_halvings = 0
@@ -435,7 +443,7 @@ class ToolfidHFLM(HFLM):
 
         requested = self._engine_batch if self._engine_batch is not None else self.batch_size_per_gpu
         batch = requested if isinstance(requested, int) else auto_batch_size(
-            self.model, self.device, [len(p) + max_new for p in prompts] * len(lanes))
+            self.model, self.device, [len(p) + max_new for p in prompts] * len(lanes), graphs=self.cuda_graphs)
         pad_id = self.pad_id(eos)
 
         def autocast() -> Any:
@@ -452,7 +460,7 @@ class ToolfidHFLM(HFLM):
             mixed = self.mixed_precision_dtype  # autocast: the logits come in that dtype, not the weights'
             config = EngineConfig(max_batch=max_batch, prefill_tokens=prefill_tokens,
                                   verify_logits=verify_logits_for(self.device, prefill_tokens),
-                                  share_prefixes=self._share_prefixes,
+                                  share_prefixes=self._share_prefixes, cuda_graphs=self.cuda_graphs,
                                   near_tie=near_tie_for(mixed) if mixed is not None else None)
             engine = GreedyEngine(self.model, pad_id, config, autocast=autocast)
             self._last_engine = engine
@@ -484,7 +492,7 @@ class ToolfidHFLM(HFLM):
                     drafting_stopped=drafting_stopped(engine, lane.adapter if joint and lane else None),
                     views_together=tuple(labels) if joint else (),
                     joint_near_ties=res.joint_near_ties if joint else 0,
-                    views_together_note=note if joint else None,
+                    views_together_note=note if joint else None, step_graphs=step_graphs_record(engine.stats),
                     lora_stacked=res.lora, lora_near_ties=res.lora_near_ties,
                 )
                 answers.append((list(tokens), info, self._as_lm_eval_text(res.tokens, stop) if plan.check else None))
