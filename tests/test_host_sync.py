@@ -74,12 +74,10 @@ _LOADED: dict[str, tuple[Any, list[list[int]], int]] = {}
 
 PASSES = [pytest.param("fixture", "base", id="fixture-base"),
           pytest.param("fixture", "adapter", id="fixture-adapter", marks=pytest.mark.slow),
-          pytest.param("smollm2-shaped", "base", id="smollm2-shaped-base", marks=pytest.mark.slow)]
-"""The fixture's base in the quick tier; an adapter view and SmolLM2's depth (30 layers) in the full suite."""
-JOINT = pytest.param("fixture", "joint", id="fixture-joint")
-"""Base and adapter rows in one pass. PEFT's mixed batch indexes rows by Python lists in every LoRA layer (host
-round trips); the stacked LoRA computation replaces it (branch i54). Once that is merged, add ``JOINT`` to
-``PASSES``: the test then holds joint passes to the same rule."""
+          pytest.param("smollm2-shaped", "base", id="smollm2-shaped-base", marks=pytest.mark.slow),
+          pytest.param("fixture", "joint", id="fixture-joint", marks=pytest.mark.slow)]
+"""The fixture's base in the quick tier; an adapter view, base and adapter rows in one pass (a joint run: the
+stacked LoRA computation, engine/lora_batch.py) and SmolLM2's depth (30 layers) in the full suite."""
 
 
 def _views(model: Any, which: str) -> tuple[Any, list[str | None]]:

@@ -179,4 +179,4 @@ def test_captures_are_counted_in_the_memory_budget_and_shown_under_verbose(monke
     assert gen["step_graphs"] == {"steps_replayed": 4, "steps": 4, "captures": 3, "capture_seconds": 0.457,
                                   "graph_bytes": 3 << 20}
     shown = generation_paths([], SimpleNamespace(label="base", toolfid={"generation": gen}))
-    assert shown == "decode steps replayed from CUDA graphs: base 4 of 4 steps (3 captures, 0.46 s, 3 MiB)"
+    assert " ".join(shown.split()) == "decode steps replayed from CUDA graphs: base 4 of 4 steps (3 captures, 0.46 s, 3 MiB)"

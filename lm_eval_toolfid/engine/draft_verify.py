@@ -64,9 +64,11 @@ class DraftVerifier:
             for layer in layers:  # room for this chunk
                 layer.reserve(width + C)
             device = runner.device  # the host's mask says whether any row is padded (no device round trip)
+            views = [rows[r].view for r in todo] if self.context.joint else None
+            index = runner.view_ids(views) if views is not None and runner.routes_on_device else None
             logits = runner.forward(ids.to(device), mask.to(device), positions.to(device), store.cache(layers), C,
-                                    views=[rows[r].view for r in todo] if self.context.joint else None,
-                                    padded=not bool(mask.all()), tokens=int(cmask.sum()))
+                                    views=views, padded=not bool(mask.all()), tokens=int(cmask.sum()),
+                                    view_index=index)
             best, gaps = runner.pick(logits)
             del logits
             states: list[tuple[RowState, LiveRow, KVRef]] = []

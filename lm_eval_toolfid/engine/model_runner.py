@@ -127,11 +127,25 @@ class ModelRunner:
         else:
             self.attention = contextlib.nullcontext
 
-    routes_on_device = False
-    """Whether a joint pass's adapter routing reads each row's adapter from a device tensor (``view_index``), so a
-    captured decode step can hold it. PEFT's mixed batch (``adapter_names``) builds index lists on the host on every
-    pass, which a CUDA graph cannot hold: joint runs then step eagerly (:mod:`~lm_eval_toolfid.engine.step_graphs`).
-    The stacked LoRA computation that reads ``view_index`` sets it."""
+    lora: BatchedLora | None = None
+    """The stacked LoRA computation while :meth:`routing` runs one (else None)."""
+    run_views: tuple[str | None, ...] = ()
+    """A joint run's views while :meth:`routing` runs it: ``view_index`` values index this tuple."""
+    _view_stack: Any = None
+    """``run_views`` as the stack's adapter indices, ``[views]`` on the device (made once per run)."""
+
+    @property
+    def routes_on_device(self) -> bool:
+        """Whether a joint pass's adapter routing reads each row's adapter from a device tensor (``view_index``), so
+        a captured decode step can hold it: the stacked LoRA computation does. PEFT's mixed batch
+        (``adapter_names``) builds index lists on the host on every pass, which a CUDA graph cannot hold: joint runs
+        then step eagerly (:mod:`~lm_eval_toolfid.engine.step_graphs`)."""
+        return self.lora is not None and self._view_stack is not None
+
+    def view_ids(self, views: Sequence[str | None]) -> Any:
+        """A pass's rows' views as ``view_index`` takes them: their indices in :attr:`run_views`, ``[rows]`` on the
+        device (made with the pass's other inputs, before :meth:`forward`)."""
+        return self.torch.tensor([self.run_views.index(v) for v in views], dtype=self.torch.long).to(self.device)
 
     def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any, keep: int,
                 step: bool = False, views: Sequence[str | None] | Any = None, *, padded: bool = True,
@@ -161,8 +175,9 @@ class ModelRunner:
         if views is not None:
             if len(views) != rows:
                 raise ValueError(f"a joint pass of {rows} rows names {len(views)} views")
-            if self.lora is not None:
-                self.lora.select(views)
+            if self.lora is not None:  # on the device when the pass's inputs carry the rows' views (no host copy)
+                on_device = view_index is not None and self._view_stack is not None
+                self.lora.select(self._view_stack.index_select(0, view_index) if on_device else views)
             else:
                 names = [BASE_VIEW if v is None else v for v in views]
                 if self._routed:
@@ -209,12 +224,15 @@ class ModelRunner:
         if batched is not None:
             with batched.installed():
                 self.lora = batched
+                if views is not None:
+                    self.run_views = tuple(views)
+                    self._view_stack = batched.index(self.run_views)
                 if uniform is not None:  # one adapter's view: every row runs it
                     batched.select(batched.index([uniform]))
                 try:
                     yield True
                 finally:
-                    self.lora = None
+                    self.lora, self.run_views, self._view_stack = None, (), None
             return
         handles = [layer.register_forward_pre_hook(self._hand_views, with_kwargs=True) for layer in layers]
         self._routed = bool(handles)

@@ -57,6 +57,8 @@ def run_pass(runner: ModelRunner, store: KVStore, entries: Sequence[PassEntry], 
         cache = store.cache(store.layers(kv, P))
     padded = any(e.depth < P or len(e.tokens) < S for e in entries)
     ids, mask, positions = (t.to(runner.device) for t in (ids, mask, positions))
-    logits = runner.forward(ids, mask, positions, cache, keep, views=[e.view for e in entries] if joint else None,
-                            padded=padded, tokens=sum(len(e.tokens) for e in entries))
+    views = [e.view for e in entries] if joint else None
+    logits = runner.forward(ids, mask, positions, cache, keep, views=views, padded=padded,
+                            tokens=sum(len(e.tokens) for e in entries),
+                            view_index=runner.view_ids(views) if views is not None and runner.routes_on_device else None)
     return PassOut(logits, tuple(KVRef.of_layers(cache.layers, r, s) for r, s in enumerate(spans)))
