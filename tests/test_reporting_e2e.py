@@ -204,7 +204,7 @@ def test_resume_with_everything_saved_loads_nothing(run, monkeypatch):
 
 def test_a_view_saved_with_other_settings_is_not_reused(run):
     from lm_eval_toolfid.run.plan import RunPlan
-    from lm_eval_toolfid.run.runner import content_digests
+    from lm_eval_toolfid.run.resume import content_digests
 
     model_args = {"pretrained": FIX["base"]}
     content = content_digests(RunPlan(base=FIX["base"], adapters={}, task=FIXTURE_TASK))  # the fixture cases' digest

@@ -79,7 +79,7 @@ def test_resume_reuses_a_view_only_for_the_same_cases_and_weights(tmp_path: Path
     # the base saved from other weights (its manifest says so): no adapter view is reused with it, and their
     # manifests go before anything runs (the runner's decision, read without running the views again)
     from lm_eval_toolfid.run.plan import RunPlan
-    from lm_eval_toolfid.run.runner import content_digests, saved_views
+    from lm_eval_toolfid.run.resume import content_digests, saved_views
 
     plan = RunPlan(base=FIX["base"], adapters={"faithful": FIX["adapters"]["faithful"], "other": str(other)},
                    task=FIXTURE_TASK, metadata={"cases": str(cases)}, out_dir=out, resume=True)

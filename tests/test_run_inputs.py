@@ -62,7 +62,7 @@ def test_a_label_that_is_not_a_name_is_refused_and_nothing_is_written(tmp_path: 
 def test_labels_are_names_and_views_never_leave_the_output(tmp_path: Path) -> None:
     from lm_eval_toolfid.core.errors import ToolfidError
     from lm_eval_toolfid.reporting.view_store import view_folder
-    from lm_eval_toolfid.run.plan import check_label, check_labels
+    from lm_eval_toolfid.run.output import check_label, check_labels
 
     for good in ("faithful", "my adapter v2", "a.b-c_d", "r16", "ü-lora"):
         assert check_label(good) == good
@@ -88,7 +88,7 @@ def test_an_output_that_is_a_file_or_cannot_be_made_is_refused_first(tmp_path: P
 
 def _hold_lock(out: Path) -> subprocess.Popen:
     """Another process holding ``out``'s lock (as a run would) until it is killed."""
-    code = ("import sys, time\nfrom pathlib import Path\nfrom lm_eval_toolfid.run.plan import output_lock\n"
+    code = ("import sys, time\nfrom pathlib import Path\nfrom lm_eval_toolfid.run.output import output_lock\n"
             "with output_lock(Path(sys.argv[1])):\n    print('held', flush=True)\n    time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
@@ -100,7 +100,7 @@ def test_a_second_run_into_a_folder_in_use_is_refused_and_a_killed_holder_blocks
     import socket
 
     from lm_eval_toolfid.run import runner
-    from lm_eval_toolfid.run.plan import output_lock
+    from lm_eval_toolfid.run.output import output_lock
 
     out = tmp_path / "out"
     holder = _hold_lock(out)

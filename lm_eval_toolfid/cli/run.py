@@ -20,8 +20,9 @@ from lm_eval_toolfid.cli.common import (
 )
 from lm_eval_toolfid.core.errors import EXIT_INTERRUPTED, EXIT_SERVER, EXIT_STOP_CHECK, ToolfidError
 from lm_eval_toolfid.calibration.nulls import CalibrationSpec
-from lm_eval_toolfid.run.plan import (Models, ModelOptions, RunPlan, ServedOptions, VllmOptions, check_labels,
-                                      check_model_options, check_output, output_lock, parse_engine_args)
+from lm_eval_toolfid.run.output import check_labels, check_output, output_lock
+from lm_eval_toolfid.run.plan import (Models, ModelOptions, RunPlan, ServedOptions, VllmOptions, check_model_options,
+                                      parse_engine_args)
 
 if TYPE_CHECKING:
     from lm_eval_toolfid.reporting.run_report import ReportOptions
