@@ -16,6 +16,13 @@ real adapters may differ, at near ties) and the B = 0 view's answers that differ
 
     OMP_NUM_THREADS=2 nice .venv/bin/python bench/bench_joint_views.py --cases 24 --adapters 4        # CPU, float32
     python bench/bench_joint_views.py --device cuda --dtype bfloat16 --cases 382 --adapters 10       # one GPU
+    python bench/bench_joint_views.py --device cuda --dtype bfloat16 --cases 382 --adapters 10 \
+        --modes together --cuda-graphs --json-out joint.json                                         # replayed steps
+
+``--modes together`` skips the one-at-a-time run: the base view alone (twice: cold, then warm), then the base and
+every adapter together; (base + N) / base is then the together run over the warm base view. ``--cuda-graphs``: decode
+steps captured and replayed (``toolfid run --cuda-graphs on``; CUDA only). ``--json-out`` writes the figures after
+each phase, so a run cut short keeps the phases it finished.
 
 Targets (issue 37): one H100/H200, bfloat16, SmolLM2, 382 cases: B = 0 identical 382/382, base + 10 adapter
 views <= 3x the base view. CPU (2 cores, float32), 24 cases, base + 4: no slower than one at a time.
@@ -71,12 +78,13 @@ def quiet() -> Any:
     return Quiet()
 
 
-def run_views(session: Any, plan: Any) -> tuple[dict[str, float], dict[str, dict[str, Any]], dict[str, Any]]:
-    """Every view of ``plan`` on the loaded session: seconds per view (from the previous view's end), answers per
-    view (case id -> text), and each view's generation record."""
+def run_views(session: Any, plan: Any, base_only: bool = False
+              ) -> tuple[dict[str, float], dict[str, dict[str, Any]], dict[str, Any]]:
+    """Every view of ``plan`` (``base_only``: its base view) on the loaded session: seconds per view (from the previous
+    view's end), answers per view (case id -> text), and each view's generation record."""
     from lm_eval_toolfid.run.plan import View
 
-    views = [plan.base_view(), *plan.adapter_views()]
+    views = [plan.base_view(), *([] if base_only else plan.adapter_views())]
     seconds: dict[str, float] = {}
     answers: dict[str, dict[str, Any]] = {}
     records: dict[str, Any] = {}
@@ -101,6 +109,10 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--no-verify", action="store_true", help="decode the adapter views (the half-precision default)")
     ap.add_argument("--batch-size", default="auto")
+    ap.add_argument("--modes", choices=("both", "together"), default="both",
+                    help="both (default): one at a time, then together; together: the base view alone, then together")
+    ap.add_argument("--cuda-graphs", action="store_true", help="decode steps captured and replayed (CUDA only)")
+    ap.add_argument("--json-out", default=None, help="write the figures as JSON here (after each phase)")
     args = ap.parse_args()
     n_threads = threads()
     base = real_model(args.model)
@@ -115,45 +127,77 @@ def main() -> None:
     metadata: dict[str, Any] = {"cases": str(cases), **({"verify": False} if args.no_verify else {})}
     batch = int(args.batch_size) if str(args.batch_size).isdigit() else args.batch_size
     print(f"{args.model} on {args.device} ({n_threads} threads), {args.dtype}, {args.cases or 382} cases, base + "
-          f"{args.adapters} adapters{' (--no-verify)' if args.no_verify else ''}")
+          f"{args.adapters} adapters{' (--no-verify)' if args.no_verify else ''}"
+          f"{', CUDA graphs' if args.cuda_graphs else ''}, modes {args.modes}", flush=True)
+    out: dict[str, Any] = {"device": args.device, "dtype": args.dtype, "cases": args.cases, "adapters": args.adapters,
+                           "cuda_graphs": args.cuda_graphs, "modes": args.modes}
+
+    def dump() -> None:
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(out, indent=1))
+
     results: dict[str, Any] = {}
     session = None
-    for mode, together in (("one at a time", 1), ("together", None)):
-        options = ModelOptions(batch_size=batch, device=args.device, dtype=args.dtype, views_together=together)
+    phases = (("one at a time", 1, False), ("together", None, False)) if args.modes == "both" else \
+        (("base cold", None, True), ("base", None, True), ("together", None, False))
+    for mode, together, base_only in phases:
+        options = ModelOptions(batch_size=batch, device=args.device, dtype=args.dtype, views_together=together,
+                               cuda_graphs=args.cuda_graphs)
         plan = RunPlan(base=base, adapters=adapters, task="tool_use_fidelity", metadata=metadata, models=options,
                        verbose=False)
         if session is None:
             session = ModelSession(base, options, progress=quiet(), verbose=False).load(adapters)
         session.options = options
         t0 = time.perf_counter()
-        seconds, answers, records = run_views(session, plan)
+        seconds, answers, records = run_views(session, plan, base_only)
         results[mode] = {"wall": time.perf_counter() - t0, "seconds": seconds, "answers": answers, "records": records}
+        out[mode.replace(" ", "_") + "_s"] = round(results[mode]["wall"], 3)
+        graphs = [r.get("step_graphs") for r in records.values() if r.get("step_graphs")]
+        if graphs:
+            out[mode.replace(" ", "_") + "_step_graphs"] = graphs[0]
+        print(f"{mode}: {results[mode]['wall']:.2f} s", flush=True)
+        dump()
     print()
-    one, joint = results["one at a time"], results["together"]
-    labels = ["base", *adapters]
-    print(f"{'view':<10} {'alone s':>8} {'together s':>11} {'differ':>7}  path together")
-    for label in labels:
-        a, b = one["answers"][label], joint["answers"][label]
-        differ = sum(1 for cid in a if a[cid] != b.get(cid))
-        rec = joint["records"][label]
-        path = ("verified" if rec.get("rows_verified") else "decoded") + (
-            f" with {'+'.join(rec['views_together'])}" if rec.get("views_together") else " alone")
-        print(f"{label:<10} {one['seconds'][label]:>8.2f} {joint['seconds'][label]:>11.2f} {differ:>7}  {path}")
-    base_s = one["seconds"]["base"]
-    print(f"\nwhole run: one at a time {one['wall']:.2f} s ({one['wall'] / base_s:.2f}x the base view), together "
-          f"{joint['wall']:.2f} s ({joint['wall'] / base_s:.2f}x); together / one at a time = "
-          f"{joint['wall'] / one['wall']:.2f}")
+    joint = results["together"]
+    if args.modes == "both":
+        one = results["one at a time"]
+        labels = ["base", *adapters]
+        print(f"{'view':<10} {'alone s':>8} {'together s':>11} {'differ':>7}  path together")
+        for label in labels:
+            a, b = one["answers"][label], joint["answers"][label]
+            differ = sum(1 for cid in a if a[cid] != b.get(cid))
+            rec = joint["records"][label]
+            path = ("verified" if rec.get("rows_verified") else "decoded") + (
+                f" with {'+'.join(rec['views_together'])}" if rec.get("views_together") else " alone")
+            print(f"{label:<10} {one['seconds'][label]:>8.2f} {joint['seconds'][label]:>11.2f} {differ:>7}  {path}")
+        base_s = one["seconds"]["base"]
+        print(f"\nwhole run: one at a time {one['wall']:.2f} s ({one['wall'] / base_s:.2f}x the base view), together "
+              f"{joint['wall']:.2f} s ({joint['wall'] / base_s:.2f}x); together / one at a time = "
+              f"{joint['wall'] / one['wall']:.2f}")
+    else:
+        base_s = results["base"]["wall"]
+        differ = sum(1 for cid, text in results["base"]["answers"]["base"].items()
+                     if text != joint["answers"]["base"].get(cid))
+        print(f"base view alone: {results['base cold']['wall']:.2f} s cold, {base_s:.2f} s warm; base + "
+              f"{args.adapters} together {joint['wall']:.2f} s ({joint['wall'] / base_s:.2f}x the warm base view); "
+              f"base answers that differ between alone and together: {differ}")
+        out["base_alone_together_differ"] = differ
+    zero_differ = sum(1 for cid, text in joint["answers"]["zero"].items() if text != joint["answers"]["base"][cid])
+    print(f"B = 0 answers that differ from the base's (together): {zero_differ} of {len(joint['answers']['base'])}")
+    out.update({"base_view_s": round(base_s, 3), "together_s": round(joint["wall"], 3),
+                "ratio": round(joint["wall"] / base_s, 3), "zero_differ": zero_differ,
+                "zero_cases": len(joint["answers"]["base"])})
+    if args.modes == "both":
+        out["one_at_a_time_s"] = round(results["one at a time"]["wall"], 3)
+    dump()
     steps = step_costs(session.peft_model, list(session.adapters), counts=(0, 1, args.adapters))
     print("one decode step of the session's model (2 rows a view, the host's calls and milliseconds; on a GPU a step "
           "costs its launches):")
     print_step_costs(steps, "step")
-    zero_differ = sum(1 for cid, text in joint["answers"]["zero"].items() if text != joint["answers"]["base"][cid])
-    print(f"B = 0 answers that differ from the base's (together): {zero_differ} of {len(joint['answers']['base'])}")
-    print(json.dumps({"device": args.device, "dtype": args.dtype, "cases": args.cases, "adapters": args.adapters,
-                      "one_at_a_time_s": round(one["wall"], 3), "together_s": round(joint["wall"], 3),
-                      "base_view_s": round(base_s, 3), "zero_differ": zero_differ,
-                      "step_calls": {n: c for n, (c, _) in steps.items()},
-                      "step_ms": {n: round(ms, 2) for n, (_, ms) in steps.items()}}))
+    out.update({"step_calls": {n: c for n, (c, _) in steps.items()},
+                "step_ms": {n: round(ms, 2) for n, (_, ms) in steps.items()}})
+    dump()
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

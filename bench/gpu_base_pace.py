@@ -22,7 +22,8 @@ longer has one of them, the benchmark stops and names it rather than leave that 
 per step (quantiles, and steps and time by live rows: the tail one long row keeps alive), and per-step host time.
 ``--profile`` adds a ``torch.profiler`` summary of the last run (top ops by device and host time, kernel launches
 per decode step). ``--tokens-out`` / ``--tokens-ref`` write / compare every row's tokens (an engine change must
-not move one).
+not move one). ``--json-out`` writes each run's figures (wall, steps replayed and launched, host ms per step, captures'
+time and memory) and the token comparison as one JSON object (bench/device_issue55.sh reads it).
 
     OMP_NUM_THREADS=2 nice .venv/bin/python bench/gpu_base_pace.py --cases 24                 # CPU, small
     python bench/gpu_base_pace.py --model /tmp/smollm2 --profile                               # one GPU, bfloat16
@@ -335,6 +336,23 @@ def report(meter: Meter, wall: float, tokens: int, stats: Any, device: Any) -> N
     _ = device
 
 
+def figures(meter: Meter, wall: float, tokens: int, stats: Any) -> dict[str, Any]:
+    """One run's figures as :func:`report` prints them, for ``--json-out``."""
+    steps = meter.steps
+    n = max(1, len(steps))
+    step_wall = sum(s["wall"] for s in steps)
+    forward = sum(s.get("forward", 0.0) for s in steps)
+    out = {"wall_s": round(wall, 3), "tokens": tokens, "decode_steps": len(steps),
+           "steps_replayed": stats.steps_replayed, "steps_launched": len(stats.step_rows) - stats.steps_replayed,
+           "host_ms_per_step": round(1e3 * step_wall / n, 3), "forward_ms_per_step": round(1e3 * forward / n, 3),
+           "admission_s": round(meter.admit, 3), "captures": stats.graph_captures,
+           "capture_s": round(stats.capture_seconds, 3), "graph_mib": round(stats.graph_bytes / 2**20, 1)}
+    if meter.spans:
+        meter.sync()
+        out["device_span_s"] = round(sum(a.elapsed_time(b) for a, b in meter.spans) / 1e3, 3)
+    return out
+
+
 def one_batch_schedule(lengths: list[int]) -> None:
     """The decode steps of rows of these token counts when every row decodes in one batch (a GPU's ``auto``): the
     first token comes from the prompt pass, so a row of L tokens is live in steps 1..L-1; steps = the longest - 1."""
@@ -389,6 +407,7 @@ def main() -> None:
     parser.add_argument("--lengths-from", default=None, help="a --tokens-out file: the stand-in's row lengths")
     parser.add_argument("--tokens-out", default=None, help="write every row's tokens (JSON)")
     parser.add_argument("--tokens-ref", default=None, help="compare every row's tokens with this file")
+    parser.add_argument("--json-out", default=None, help="write every run's figures and the token comparison (JSON)")
     parser.add_argument("--schedule-from", default=None, help="only print the one-batch schedule of a --tokens-out "
                         "file's rows (steps, live rows per step), no model")
     args = parser.parse_args()
@@ -442,6 +461,9 @@ def main() -> None:
                             "flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH}[args.sdpa])
 
     results = None
+    summary: dict[str, Any] = {"model": Path(path).name, "dtype": str(dtype).removeprefix("torch."), "device": where,
+                               "torch": torch.__version__, "cases": args.cases, "cuda_graphs": args.cuda_graphs,
+                               "runs": []}
     for rep in range(repeat):
         rows = make_rows()
         config = EngineConfig(max_batch=args.batch or len(rows), share_prefixes=not args.no_share,
@@ -472,6 +494,9 @@ def main() -> None:
               f"{'computed whole' if args.no_share else 'shared'}, SDPA backend {args.sdpa}, CUDA graphs "
               f"{'on' if args.cuda_graphs else 'off'}):")
         report(meter, wall, sum(len(r.tokens) for r in results), engine.stats, device)
+        summary["runs"].append(figures(meter, wall, sum(len(r.tokens) for r in results), engine.stats))
+        if args.json_out:  # after every run: a run cut short still leaves the ones before it
+            Path(args.json_out).write_text(json.dumps(summary, indent=1))
         if prof is not None:
             profile_summary(prof, len(meter.steps), device)
     assert results is not None
@@ -482,8 +507,11 @@ def main() -> None:
     if args.tokens_ref:
         ref = json.loads(Path(args.tokens_ref).read_text())
         same = sum(a == b for a, b in zip(ref, tokens))
+        summary["tokens_identical"] = {"same": same, "ref_rows": len(ref), "rows": len(tokens)}
         print(f"tokens identical to {args.tokens_ref}: {same}/{len(ref)} rows"
               + ("" if len(ref) == len(tokens) else f" (row counts differ: {len(ref)} vs {len(tokens)})"))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":
