@@ -16,9 +16,10 @@
 # cheapest to lose: known to be slow). Back under $OUT (at most 8 files): summary.json (bench/device_summary.py
 # explains its fields), device.log (every step's output), tokens_eager.json, tokens_graphs.json, pytest.xml.
 #
-# On a CPU (DEVICE=cpu) the venv and wheels are skipped (this checkout's .venv runs it), MODEL skips the
-# conversion (the pieces are still reassembled and checked when .gguf/ is there), and --cuda-graphs runs eagerly at
-# the captured steps' shapes: those figures are no replay figures (summary.json says so).
+# On a CPU (DEVICE=cpu) the venv and wheels are skipped (SETUP=none: this checkout's .venv runs it) unless
+# SETUP=venv with IMAGE_PYTHON (an interpreter standing in for the image) and a KIT of wheels for its CPython
+# (scripts/device_kit.sh --wheels-for); MODEL skips the conversion (the pieces are still reassembled and checked when
+# .gguf/ is there); --cuda-graphs runs eagerly at the captured steps' shapes: no replay figures (summary.json says so).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 KIT=${KIT:-/tmp/kit}
@@ -31,11 +32,14 @@ REPEAT=${REPEAT:-2}
 BUDGET=${BUDGET:-480}
 GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 if [ "$DEVICE" = cpu ]; then DTYPE=${DTYPE:-float32}; else DTYPE=${DTYPE:-bfloat16}; fi
-export KIT GGUF_SHA256 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+if [ "$DEVICE" = cpu ]; then SETUP=${SETUP:-none}; else SETUP=${SETUP:-venv}; fi
+IMAGE_PYTHON=${IMAGE_PYTHON:-python3}  # the image's interpreter (torch in it); the venv is made over it
+WHEELS=${WHEELS:-.whl}  # where the carried wheels are (another folder: a rehearsal's wheels for another CPython)
+export IMAGE_PYTHON KIT GGUF_SHA256 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 
 stash() {
   mkdir -p "$KIT/whl" "$KIT/gguf"
-  if [ -d .whl ]; then cp -f .whl/*.whl "$KIT/whl/" 2>/dev/null; fi
+  if [ -d "$WHEELS" ]; then cp -f "$WHEELS"/*.whl "$KIT/whl/" 2>/dev/null; fi
   for d in .gguf/*/; do [ -d "$d" ] && cp -f "$d"smollm2.gguf.* "$KIT/gguf/" 2>/dev/null; done
   echo "kit in $KIT: $(ls "$KIT/whl" | wc -l) wheels; GGUF pieces: $(ls "$KIT/gguf" | tr '\n' ' ')"
 }
@@ -91,8 +95,9 @@ finish() {
 # --- set-up: the interpreter with the wheels and the project; the model -------------------------------------------
 setup_venv() {
   local v=$KIT/venv
-  python3 -m venv "$v" || return 1
-  python3 -c 'import site; print("\n".join(site.getsitepackages()))' \
+  # pip inside the venv, or else the image's through image.pth (an interpreter without ensurepip)
+  "$IMAGE_PYTHON" -m venv "$v" || { rm -rf "$v" && "$IMAGE_PYTHON" -m venv --without-pip "$v"; } || return 1
+  "$IMAGE_PYTHON" -c 'import site; print("\n".join(site.getsitepackages()))' \
     >"$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/image.pth" || return 1
   "$v/bin/python" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile "$KIT"/whl/*.whl ||
     return 1
@@ -102,9 +107,9 @@ setup_venv() {
     pwd >"$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/toolfid-tree.pth"
   fi
 }
-if [ "$DEVICE" = cpu ]; then
+if [ "$SETUP" = none ]; then
   PY=${PY:-$PWD/.venv/bin/python}
-  echo "DEVICE=cpu: no venv, no wheels installed: $PY runs every step" | tee -a "$LOG"
+  echo "SETUP=none: no venv, no wheels installed: $PY runs every step" | tee -a "$LOG"
 else
   PY=$KIT/venv/bin/python
   step setup_venv 150 setup_venv || { echo "no interpreter to run the steps with" | tee -a "$LOG"; finish; }

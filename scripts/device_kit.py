@@ -69,18 +69,16 @@ def plan_calls(tree: int, wheels: int, gguf: int, limit: int = CALL_LIMIT) -> tu
         raise ValueError(f"the working tree ({tree / MIB:.1f} MiB) and the wheels ({wheels / MIB:.1f} MiB) leave no "
                          f"room under {limit / MIB:.0f} MiB a call")
     n = -(-(wheels + gguf) // room)  # ceil
-    while True:
+    while n < 1000:  # n grows until every piece fits: each later piece shrinks as n grows, so this ends
         each = -(-(wheels + gguf) // n)
-        first = max(0, min(gguf, each - wheels))
-        rest = gguf - first
-        if n == 1 or rest <= 0 or first == 0:
-            later = [rest] if rest > 0 else []
-        else:
-            k = n - 1
-            later = [rest // k + (1 if i < rest % k else 0) for i in range(k)]
-        if first > 0 and wheels + first <= room and all(0 < p <= room for p in later):
+        first = min(gguf, room - wheels if each <= wheels else each - wheels, room - wheels)
+        rest, k = gguf - first, n - 1
+        later = [rest // k + (1 if i < rest % k else 0) for i in range(k)] if k else []
+        if (rest == 0 or k > 0) and all(0 < p <= room for p in later):
             break
         n += 1
+    else:
+        raise ValueError("no plan found")
     pieces = [first, *later]
     calls = [Call((WHEELS, f"{PIECES}/1"), wheels + pieces[0])]
     calls += [Call((f"{PIECES}/{i}",), size) for i, size in enumerate(pieces[1:], start=2)]
@@ -136,9 +134,10 @@ def wheel_name(path: Path) -> tuple[str, str]:
     return canonical(name), version
 
 
-def download(python: Path, wanted: dict[str, str], dest: Path) -> None:
-    """The wheels of ``wanted`` for CPython 3.12 on manylinux x86-64 into ``dest``, one version of each (stale ones
-    removed); a package with no such wheel is built here (``pip wheel --no-deps``: pure-Python sdists)."""
+def download(python: Path, wanted: dict[str, str], dest: Path, version: str = "3.12") -> None:
+    """The wheels of ``wanted`` for CPython ``version`` (the device's 3.12) on manylinux x86-64 into ``dest``, one
+    version of each (stale ones removed); a package with no such wheel is built here (``pip wheel --no-deps``:
+    pure-Python sdists)."""
     dest.mkdir(exist_ok=True)
     want = {canonical(d): v for d, v in wanted.items()}
     for whl in dest.glob("*.whl"):
@@ -146,13 +145,14 @@ def download(python: Path, wanted: dict[str, str], dest: Path) -> None:
             whl.unlink()
     have = {wheel_name(w)[0] for w in dest.glob("*.whl")}
     base = [str(python), "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-            "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
+            "--only-binary=:all:", "--python-version", version, "--implementation", "cp",
             *[a for p in PLATFORMS for a in ("--platform", p)], "-d", str(dest)]
     missing = [f"{d}=={v}" for d, v in want.items() if d not in have]
     if missing and subprocess.run(base + missing, capture_output=True).returncode != 0:
         for spec in missing:  # one by one: name the one pip finds no wheel for
             if subprocess.run(base + [spec], capture_output=True).returncode != 0:
-                print(f"device_kit: no cp312 wheel of {spec}: building it here (pure Python only)", file=sys.stderr)
+                print(f"device_kit: no CPython {version} wheel of {spec}: building it here (pure Python only)",
+                      file=sys.stderr)
                 subprocess.run([str(python), "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), spec],
                                check=True)
     got: dict[str, list[str]] = {}
@@ -162,10 +162,11 @@ def download(python: Path, wanted: dict[str, str], dest: Path) -> None:
     doubles = {d: n for d, n in got.items() if len(n) > 1}
     if absent or doubles:
         sys.exit(f"device_kit: wheels missing {absent} or twice {doubles} in {dest}")
+    tag = "cp" + version.replace(".", "")
     compiled = [w.name for w in dest.glob("*.whl") if not w.name.endswith("-none-any.whl")
-                and "cp312" not in w.name and "abi3" not in w.name]
+                and tag not in w.name and "abi3" not in w.name]
     if compiled:
-        sys.exit(f"device_kit: compiled wheels not for CPython 3.12: {compiled}")
+        sys.exit(f"device_kit: compiled wheels not for CPython {version}: {compiled}")
 
 
 def smollm2_gguf(python: Path) -> Path:
@@ -218,7 +219,15 @@ def existing_plan(tree: int) -> list[Call]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="measure the tree and the kit made before; print the plan")
+    ap.add_argument("--wheels-for", metavar="VERSION DIR", nargs=2, default=None,
+                    help="only the wheels, for another CPython (e.g. 3.11 /tmp/kit311/whl): a CPU rehearsal of the "
+                         "device's set-up (docs/device_runs.md)")
     args = ap.parse_args()
+    if args.wheels_for:
+        wanted = closure(venv_python())
+        download(venv_python(), wanted, Path(args.wheels_for[1]), args.wheels_for[0])
+        print(f"{len(wanted)} wheels for CPython {args.wheels_for[0]} in {args.wheels_for[1]}")
+        return
     tree = tree_bytes()
     if args.check:
         calls = existing_plan(tree)
