@@ -148,6 +148,8 @@ def main() -> None:
         if session is None:
             session = ModelSession(base, options, progress=quiet(), verbose=False).load(adapters)
         session.options = options
+        out["running"] = {"phase": mode, "since_epoch": round(time.time(), 1)}  # a run cut short: how long it ran
+        dump()
         t0 = time.perf_counter()
         seconds, answers, records = run_views(session, plan, base_only)
         results[mode] = {"wall": time.perf_counter() - t0, "seconds": seconds, "answers": answers, "records": records}
@@ -156,6 +158,7 @@ def main() -> None:
         if graphs:
             out[mode.replace(" ", "_") + "_step_graphs"] = graphs[0]
         print(f"{mode}: {results[mode]['wall']:.2f} s", flush=True)
+        del out["running"]
         dump()
     print()
     joint = results["together"]

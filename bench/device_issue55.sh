@@ -22,6 +22,7 @@
 # .gguf/ is there); --cuda-graphs runs eagerly at the captured steps' shapes: no replay figures (summary.json says so).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+{ # the whole script is read before it runs: an edit of this file during a run cannot shift what runs
 KIT=${KIT:-/tmp/kit}
 OUT=${OUT:-/tmp/issue55-out}
 DEVICE=${DEVICE:-cuda}
@@ -30,12 +31,14 @@ ADAPTERS=${ADAPTERS:-10}
 EAGER_CASES=${EAGER_CASES:-$CASES}
 REPEAT=${REPEAT:-2}
 BUDGET=${BUDGET:-480}
+CAP_SCALE=${CAP_SCALE:-1}  # each step's cap times this (a slow CPU's rehearsal)
 GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 if [ "$DEVICE" = cpu ]; then DTYPE=${DTYPE:-float32}; else DTYPE=${DTYPE:-bfloat16}; fi
 if [ "$DEVICE" = cpu ]; then SETUP=${SETUP:-none}; else SETUP=${SETUP:-venv}; fi
 IMAGE_PYTHON=${IMAGE_PYTHON:-python3}  # the image's interpreter (torch in it); the venv is made over it
 WHEELS=${WHEELS:-.whl}  # where the carried wheels are (another folder: a rehearsal's wheels for another CPython)
-export IMAGE_PYTHON KIT GGUF_SHA256 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+export IMAGE_PYTHON KIT GGUF_SHA256 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
+  TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 
 stash() {
   mkdir -p "$KIT/whl" "$KIT/gguf"
@@ -52,15 +55,16 @@ W=$(mktemp -d)  # the benches' JSON and the steps' records: summary.json gathers
 LOG=$OUT/device.log
 : >"$LOG"
 : >"$W/steps.tsv"
-echo "issue 55 on $DEVICE: cases $CASES, adapters $ADAPTERS (eager joint: $EAGER_CASES cases), $DTYPE, repeat $REPEAT, budget $BUDGET s" | tee -a "$LOG"
+echo "issue 55 on $DEVICE: cases $CASES, adapters $ADAPTERS (eager joint: $EAGER_CASES cases), $DTYPE," \
+  "repeat $REPEAT, budget $BUDGET s" | tee -a "$LOG"
 
-record() {  # NAME STATUS RC SECONDS CAP WHY
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$W/steps.tsv"
+record() {  # NAME STATUS RC SECONDS CAP WHY (and the time it ended, seconds since the epoch)
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" "$(date +%s)" >>"$W/steps.tsv"
   echo "step $1: $2 (rc $3, $4 s of at most $5 s)${6:+: $6}" | tee -a "$LOG"
 }
 
 step() {  # NAME CAP COMMAND...: run under `timeout`, never past the budget (15 s kept for the summary)
-  local name=$1 cap=$2
+  local name=$1 cap=$(($2 * CAP_SCALE))
   shift 2
   local t=$((T0 + BUDGET - 15 - $(date +%s)))
   ((t > cap)) && t=$cap
@@ -78,7 +82,9 @@ step() {  # NAME CAP COMMAND...: run under `timeout`, never past the budget (15 
   fi
   rc=$?
   case $rc in 0) status=ok ;; 124 | 137) status=timeout ;; *) status=failed ;; esac
-  record "$name" "$status" "$rc" "$(($(date +%s) - s))" "$t" ""
+  local why=""  # a failed step's last line of output (a traceback's error line, reassemble's reason)
+  [ $rc -ne 0 ] && why=$(tail -n 1 "$LOG" | tr '\t' ' ' | cut -c1-300)
+  record "$name" "$status" "$rc" "$(($(date +%s) - s))" "$t" "$why"
   return $rc
 }
 
@@ -101,7 +107,8 @@ setup_venv() {
     >"$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/image.pth" || return 1
   "$v/bin/python" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile "$KIT"/whl/*.whl ||
     return 1
-  if ! "$v/bin/python" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation -e .; then
+  if ! "$v/bin/python" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation \
+    -e .; then
     echo "editable install failed: the tree on the path instead, tasks/ linked as lm_eval_toolfid/tasks"
     ln -sfn ../tasks lm_eval_toolfid/tasks
     pwd >"$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/toolfid-tree.pth"
@@ -170,3 +177,5 @@ fi
 step joint_eager 240 "$PY" bench/bench_joint_views.py "${COMMON[@]}" --cases "$EAGER_CASES" --adapters "$ADAPTERS" \
   --modes together --json-out "$W/joint_eager.json"
 finish
+exit 0
+}

@@ -14,7 +14,8 @@ files; OUT gets ``summary.json``. Its fields (null where the step that measures 
   warm) and ``target_3s_met`` (replayed warm <= 3 s);
 - ``joint``: ``replayed`` and ``eager`` (bench/bench_joint_views.py ``--modes together``): the base view alone cold
   and warm, base + N views together, ``ratio`` = together / warm base (target <= 2 replayed), the together run's
-  captured steps; a run stopped by its cap says so in ``unfinished``;
+  captured steps; a run stopped by its cap says so in ``unfinished``, and if that was in the together phase,
+  ``together_s`` and ``ratio`` are lower bounds ("> 200");
 - ``b0``: B = 0 answers equal to the base's under CUDA graphs, "equal/cases", and the run that counted them;
 - ``pytest``: counts and every test's outcome of tests/test_step_graphs.py (``gpu_test``: the replay == eager test);
 - ``environment``: interpreter and library versions, the GPU; ``rehearsal``: true on a CPU (no capture, no replay).
@@ -41,9 +42,9 @@ def steps(work: Path) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     lines = (work / "steps.tsv").read_text().splitlines() if (work / "steps.tsv").is_file() else []
     for line in lines:
-        name, status, rc, seconds, cap, why = (line.split("\t") + [""] * 6)[:6]
+        name, status, rc, seconds, cap, why, end = (line.split("\t") + [""] * 7)[:7]
         out[name] = {"status": status, "rc": int(rc or 0), "seconds": int(seconds or 0), "cap_s": int(cap or 0),
-                     **({"why": why} if why else {})}
+                     **({"why": why} if why else {}), **({"end_epoch": int(end)} if end else {})}
     return out
 
 
@@ -68,11 +69,16 @@ def joint(data: Any, step: dict[str, Any] | None) -> dict[str, Any] | None:
            "base_s": data.get("base_s"), "together_s": data.get("together_s"), "ratio": data.get("ratio"),
            "step_graphs": data.get("together_step_graphs"), "zero_differ": data.get("zero_differ"),
            "base_alone_together_differ": data.get("base_alone_together_differ")}
+    running = data.get("running")
     if out["together_s"] is None and step:
-        before = (out["base_cold_s"] or 0) + (out["base_s"] or 0)
-        out["unfinished"] = (f"{step['status']} after {step['seconds']} s, of which the base view alone took "
-                             f"{before:.0f} s: base + {out['adapters']} together ran < {step['seconds'] - before:.0f} s "
-                             "and did not finish (the model's load and the adapters' making count in that too)")
+        out["unfinished"] = f"{step['status']} after {step['seconds']} s"
+        if running and step.get("end_epoch"):
+            ran = step["end_epoch"] - running["since_epoch"]
+            out["unfinished"] += f", in its phase '{running['phase']}' for {ran:.0f} s"
+            if running["phase"] == "together":  # not finished in that time: a lower bound
+                out["together_s"] = f"> {ran:.0f}"
+                if out["base_s"]:
+                    out["ratio"] = f"> {ran / out['base_s']:.1f}"
     return out
 
 

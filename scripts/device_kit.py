@@ -216,13 +216,47 @@ def existing_plan(tree: int) -> list[Call]:
     return calls
 
 
+def stand_in_image(target: Path) -> None:
+    """A venv at ``target`` standing in for the device image in a CPU rehearsal (``IMAGE_PYTHON``): links to this
+    interpreter's (the ``.venv``'s) :data:`IMAGE_KEEPS` packages and everything they need, nothing else."""
+    import importlib.metadata as md
+    import os
+
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(target)], check=True)
+    site = Path(subprocess.run([str(target / "bin" / "python"), "-c", "import sysconfig; "
+                                "print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True,
+                               text=True).stdout.strip())
+    dists = {canonical(d.metadata["Name"]): d for d in md.distributions()}
+    todo = [n for n in dists if (n in IMAGE_KEEPS or n.startswith("nvidia-")) and n not in ("lm-eval-toolfid", "pip")]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in dists:
+            continue
+        seen.add(name)
+        todo += [canonical(re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0]) for r in dists[name].requires or []
+                 if "extra ==" not in r]
+    for name in seen:
+        for top in {str(f).split("/")[0] for f in dists[name].files or []}:
+            source, link = Path(dists[name].locate_file(top)), site / top
+            if top not in ("..", "__pycache__") and not top.endswith(".pth") and source.exists() \
+                    and not os.path.lexists(link):
+                link.symlink_to(source)
+    print(f"{target}: an image stand-in with {', '.join(sorted(seen))}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="measure the tree and the kit made before; print the plan")
     ap.add_argument("--wheels-for", metavar="VERSION DIR", nargs=2, default=None,
                     help="only the wheels, for another CPython (e.g. 3.11 /tmp/kit311/whl): a CPU rehearsal of the "
                          "device's set-up (docs/device_runs.md)")
+    ap.add_argument("--stand-in-image", metavar="DIR", default=None,
+                    help="only make DIR a venv standing in for the device image (a CPU rehearsal's IMAGE_PYTHON)")
     args = ap.parse_args()
+    if args.stand_in_image:
+        stand_in_image(Path(args.stand_in_image))
+        return
     if args.wheels_for:
         wanted = closure(venv_python())
         download(venv_python(), wanted, Path(args.wheels_for[1]), args.wheels_for[0])
