@@ -138,7 +138,7 @@ def download(python: Path, wanted: dict[str, str], dest: Path, version: str = "3
     """The wheels of ``wanted`` for CPython ``version`` (the device's 3.12) on manylinux x86-64 into ``dest``, one
     version of each (stale ones removed); a package with no such wheel is built here (``pip wheel --no-deps``:
     pure-Python sdists)."""
-    dest.mkdir(exist_ok=True)
+    dest.mkdir(parents=True, exist_ok=True)
     want = {canonical(d): v for d, v in wanted.items()}
     for whl in dest.glob("*.whl"):
         if want.get(wheel_name(whl)[0]) != wheel_name(whl)[1]:
