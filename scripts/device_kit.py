@@ -222,12 +222,13 @@ def stand_in_image(target: Path) -> None:
     import importlib.metadata as md
     import os
 
-    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(target)], check=True)
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(target)],
+                   check=True)  # its pip and setuptools are the .venv's, linked like the rest
     site = Path(subprocess.run([str(target / "bin" / "python"), "-c", "import sysconfig; "
                                 "print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True,
                                text=True).stdout.strip())
     dists = {canonical(d.metadata["Name"]): d for d in md.distributions()}
-    todo = [n for n in dists if (n in IMAGE_KEEPS or n.startswith("nvidia-")) and n not in ("lm-eval-toolfid", "pip")]
+    todo = [n for n in dists if (n in IMAGE_KEEPS or n.startswith("nvidia-")) and n != "lm-eval-toolfid"]
     seen: set[str] = set()
     while todo:
         name = todo.pop()
