@@ -4,9 +4,14 @@ A few of the shortest default cases, short budgets (a Qwen forward pass costs se
 cores). Token for token, per case:
 
 - the engine's plain path against transformers' ``generate`` (today's path) on the base;
-- verified against plain decoding for three LoRAs: B = 0 (a no-op: every base token accepted), one
-  trained for a few CPU steps (changes some answers: both accepted and decoded tokens), and a broken
-  one (trained to answer in prose: diverges at once).
+- verified against plain decoding for two LoRAs: B = 0 (a no-op: every base token accepted) and one
+  trained for a few CPU steps (changes some answers: both accepted and decoded tokens).
+
+An adapter that diverges at its first token (every token decoded, none accepted) is the engine's path for the
+fixture's ``broken`` adapter in every schedule (tests/test_engine.py), and on Qwen's template the prose LoRA of
+tests/test_qwen_coder.py goes through it in ``toolfid run`` (verified after the base, every answer decoded on past
+its stop by ``--check-stops``) and gives ``lm_eval --model hf … peft=``'s answers case by case; this module ran it a
+third time (about 20 s of Qwen) and no longer does.
 
 Parallel (verification) and step-by-step (decoding) passes round differently; that can flip an
 argmax only where the top two logits nearly tie. A difference is therefore allowed only at a near
@@ -25,14 +30,8 @@ import pytest
 pytestmark = pytest.mark.slow
 N_CASES = 3
 MAX_NEW = 40
-BROKEN_MAX_NEW = 12
-"""The prose LoRA's budget: its first token already differs from the base's (the prompt pass reads it, and every
-later token is a decode step in the verified run as in the plain one), so 12 tokens take both runs through the same
-path as 40 did (the rows stop by the budget, not a call end) at a third of the decode steps (a Qwen step costs
-about 0.2 s on one core)."""
 
 
-PROSE = "The river bends slowly past the old mill, where swallows nest under the eaves every spring.<|im_end|>"
 OTHER_CALL = 'lookup_record", "arguments": {"query": "everything"}}'
 
 
@@ -71,9 +70,9 @@ def qwen(qwen_coder: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def adapters(qwen: dict[str, Any], base_rows: list[Any]) -> None:
-    """Two LoRAs trained in seconds (``tests/lora_recipes.py``, cached by recipe) and loaded beside
-    "zero": ``trained`` writes the base's answers up to the tool name, then another tool (both
-    accepted and decoded tokens); ``broken`` answers in prose (diverges at the first token)."""
+    """A LoRA trained in seconds (``tests/lora_recipes.py``, cached by recipe) and loaded beside "zero":
+    ``trained`` writes the base's answers up to the tool name, then another tool (both accepted and decoded
+    tokens)."""
     from .lora_recipes import Recipe, trained_lora
 
     tok, path = qwen["tok"], qwen["path"]
@@ -81,9 +80,7 @@ def adapters(qwen: dict[str, Any], base_rows: list[Any]) -> None:
     cut = prefix.rfind('"name": "')
     assert cut >= 0, f"the base's answers share no prefix up to a tool name: {prefix!r}"
     other = Recipe(contexts=tuple(qwen["prompts"]), target=prefix[:cut + len('"name": "')] + OTHER_CALL)
-    prose = Recipe(contexts=tuple(qwen["prompts"]), target=PROSE, steps=8)
     qwen["model"].load_adapter(str(trained_lora(path, other)), adapter_name="trained")
-    qwen["model"].load_adapter(str(trained_lora(path, prose)), adapter_name="broken")
     qwen["model"].eval()
 
 
@@ -160,12 +157,11 @@ def test_plain_engine_equals_generate_on_qwen(qwen: dict[str, Any], base_rows: l
     assert stats.shared_tokens > 0 and stats.prompt_tokens < stats.prompt_tokens_total
 
 
-@pytest.mark.parametrize("view", ["zero", "trained", "broken"])
+@pytest.mark.parametrize("view", ["zero", "trained"])
 def test_verified_equals_plain_on_qwen(qwen: dict[str, Any], base_rows: list[Any], adapters: None, view: str) -> None:
     drafts = [r.tokens for r in base_rows]
-    budget = BROKEN_MAX_NEW if view == "broken" else MAX_NEW
-    plain = _run(qwen, view, max_new=budget)
-    verified = _run(qwen, view, drafts, max_new=budget)
+    plain = _run(qwen, view)
+    verified = _run(qwen, view, drafts)
     differences = _near_tie_differences(verified, [r.tokens for r in plain], [r.gaps for r in plain])
     assert len(differences) <= 1
     accepted = sum(r.accepted for r in verified)
@@ -174,9 +170,6 @@ def test_verified_equals_plain_on_qwen(qwen: dict[str, Any], base_rows: list[Any
     if view == "zero":  # a no-op adapter: the base's answers, accepted whole, nothing decoded
         assert [r.tokens for r in plain] == drafts
         assert accepted == total and decoded == 0 or differences
-    elif view == "trained":  # some answers change: both paths used
+    else:  # trained: some answers change, both paths used
         assert accepted > 0 and decoded > 0, (accepted, decoded)
         assert [r.tokens for r in plain] != drafts
-    else:  # broken: prose from the first token, every token decoded
-        assert accepted == 0 and decoded == total - N_CASES  # all but the first tokens (prompt pass)
-        assert all(r.finish == "length" and len(r.tokens) == BROKEN_MAX_NEW for r in plain)  # prose to the budget

@@ -2,9 +2,12 @@
 
 Its chat template renders ``tools=`` and asks for ``<tool_call>`` calls, so ``tool_use_fidelity`` with
 no style given (``auto``) must render that template with each case's tools. Through the real
-``lm_eval`` CLI (lm-eval's own console entry point, ``cli_evaluate``, in process: the base, a B = 0 LoRA and a LoRA
-trained to answer in prose; the same ``auto`` -> chat flow as a console-script subprocess, with its stderr, is
-tests/test_auto_style.py's, and a real model through the console script is tests/test_real_model.py's) and through ``toolfid run`` (same base and adapters, one process), on three short default cases with ``max_new_tokens`` 48 to
+``lm_eval`` CLI (lm-eval's own console entry point, ``cli_evaluate``, in process: the base and a LoRA trained to
+answer in prose; the same ``auto`` -> chat flow as a console-script subprocess, with its stderr, is
+tests/test_auto_style.py's, and a real model through the console script is tests/test_real_model.py's) and through ``toolfid run`` (the same base, that LoRA and a B = 0 LoRA, one process: the B = 0 adapter's PASS
+with "changed no output" is read there; ``lm_eval --model hf … peft=`` with a B = 0 LoRA on a real model is
+tests/test_real_model.py's, on SmolLM2, and a third Qwen run through ``HFLM`` here cost about 25 s), on three short
+default cases with ``max_new_tokens`` 48 to
 stay within CI's budget (1 torch thread). Also the facts the chat path relies on for this tokenizer:
 ``<tool_call>`` survives HF's special-token stripping, both decodings parse to the same calls, and
 generation stops at ``<|im_end|>`` in ``HFLM`` and ``ToolfidHFLM``.
@@ -91,8 +94,7 @@ def cli_runs(qwen_coder: Path, adapters: dict, cases_file: Path, tmp_path_factor
     out: dict = {"rows": []}
     # every run through lm-eval's console entry point in this process (what they check is Qwen's template,
     # pairing and scoring, not the console script: a new interpreter would only import lm-eval again, ~20 s)
-    for name, args in [("base", f"pretrained={qwen_coder}"), *((n, f"pretrained={qwen_coder},peft={p}")
-                                                               for n, p in adapters.items())]:
+    for name, args in [("base", f"pretrained={qwen_coder}"), ("prose", f"pretrained={qwen_coder},peft={adapters['prose']}")]:
         with pytest.MonkeyPatch.context() as mp:
             if name == "base":  # plain HFLM's rows, as generated (test_generation_stops_at_the_end_of_turn_...)
                 _capturing(mp, HFLM, out["rows"])
@@ -204,9 +206,12 @@ def test_auto_renders_qwens_own_template_with_the_tools(cli_runs: dict, prompter
     assert 0.0 <= prov["off_format_rate"] <= 1.0  # fenced / bare JSON instead of <tool_call> counts here
 
 
-def test_zero_lora_passes_with_the_changed_no_output_note(cli_runs: dict) -> None:
-    (_, base_samples, _), (results, samples, _) = cli_runs["base"], cli_runs["zero"]
+def test_zero_lora_passes_with_the_changed_no_output_note(toolfid_run: dict) -> None:
+    out = toolfid_run["out"]
+    base_samples, samples = (list(map(json.loads, (out / v / "samples.jsonl").read_text().splitlines()))
+                             for v in ("base", "zero"))
     assert {s["doc"]["id"]: s["resps"] for s in samples} == {s["doc"]["id"]: s["resps"] for s in base_samples}
+    results = json.loads((out / "zero" / "results.json").read_text())
     verdict = toolfid_meta(results, TASK)["verdict"]
     assert verdict["passed"] is True, verdict
     assert any("changed no output" in note for note in verdict["notes"])
@@ -223,14 +228,20 @@ def test_prose_lora_fails(cli_runs: dict) -> None:
     assert all(r.base is not None and r.base.valid for r in records if not r.ft.valid)
 
 
-def test_toolfid_run_gives_the_same_verdicts_and_per_case_outcomes(qwen_coder: Path, adapters: dict,
-                                                                    cases_file: Path, cli_runs: dict,
-                                                                    tmp_path: Path) -> None:
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def toolfid_run(qwen_coder: Path, adapters: dict, cases_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """``toolfid run`` on the base, the B = 0 LoRA and the prose LoRA, every case decoded on past its stop."""
+    root = tmp_path_factory.mktemp("qwen-run")
+    out = root / "run"
     cmd = ["run", "--base", str(qwen_coder), "--cases", str(cases_file), "--output", str(out),
            "--batch-size", str(len(CASE_IDS)), "--device", "cpu", "--check-stops", str(len(CASE_IDS)),
            *(x for name, path in adapters.items() for x in ("--adapter", f"{name}={path}"))]
-    proc = toolfid_here(cmd, tmp_path / "home")
+    return {"proc": toolfid_here(cmd, root / "home"), "out": out}
+
+
+def test_toolfid_run_gives_the_same_verdicts_and_per_case_outcomes(adapters: dict, cli_runs: dict,
+                                                                    toolfid_run: dict) -> None:
+    proc, out = toolfid_run["proc"], toolfid_run["out"]
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "prompt chat (auto)" in proc.stdout and "prompt_style auto -> chat: the chat template of" in proc.stdout
     verdicts = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith(("zero", "prose"))}
@@ -238,11 +249,10 @@ def test_toolfid_run_gives_the_same_verdicts_and_per_case_outcomes(qwen_coder: P
     for view in ("base", *adapters):  # every case decoded on past its early stop: no scored answer moved
         assert f"check-stops: {view}: {len(CASE_IDS)} cases decoded on past the early stop; every scored answer is " \
                "the same" in proc.stderr, proc.stderr[-2000:]
-    for name in adapters:
-        cli = {s["doc"]["id"]: PairScore.model_validate(s["fidelity_pass"]) for s in cli_runs[name][1]}
-        lines = (out / name / "samples.jsonl").read_text().splitlines()
-        ours = {s["doc"]["id"]: PairScore.model_validate(s["fidelity_pass"]) for s in map(json.loads, lines)}
-        assert ours == cli, name
+    # the prose adapter's every case as its lm_eval run paired it (the B = 0 one: test_zero_lora_passes_...)
+    cli = {s["doc"]["id"]: PairScore.model_validate(s["fidelity_pass"]) for s in cli_runs["prose"][1]}
+    lines = (out / "prose" / "samples.jsonl").read_text().splitlines()
+    assert {s["doc"]["id"]: PairScore.model_validate(s["fidelity_pass"]) for s in map(json.loads, lines)} == cli
     text = format_text(breakdown(read_toolfid_run(out / "prose" / "results.json"),
                                  [read_toolfid_run(out / "base" / "results.json")]))
     assert "prompt chat (auto)" in text and "formats (base → adapter):" in text and "none 0→" in text
