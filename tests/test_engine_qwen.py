@@ -3,7 +3,7 @@
 A few of the shortest default cases, short budgets (a Qwen forward pass costs seconds on 2 CPU
 cores). Token for token, per case:
 
-- the engine's plain path against transformers' ``generate`` (today's path) on the base;
+- the engine's base view computed on shared prefixes (its tokens are the drafts below);
 - verified against plain decoding for two LoRAs: B = 0 (a no-op: every base token accepted) and one
   trained for a few CPU steps (changes some answers: both accepted and decoded tokens).
 
@@ -134,26 +134,14 @@ def base_rows(qwen: dict[str, Any]) -> list[Any]:
     return rows
 
 
-def test_plain_engine_equals_generate_on_qwen(qwen: dict[str, Any], base_rows: list[Any]) -> None:
-    """The engine computes the prompts' shared prefix (the chat template's system text) once; ``generate``
-    computes every prompt whole: token for token the same (issue 30 on Qwen's chat template, which
-    tests/test_stop_flows.py checks on SmolLM2's plain-v3 prompts against plain lm_eval's generate)."""
-    import torch
-    from transformers import StoppingCriteriaList
-
-    from lm_eval_toolfid.integrations.lm_eval.stopping import make_stopping_criteria
-
-    tok, model = qwen["tok"], qwen["model"]
-    tok.padding_side = "left"
-    enc = tok(qwen["prompts"], return_tensors="pt", padding=True)
-    criteria = StoppingCriteriaList([make_stopping_criteria(tok, enc.input_ids.shape[1], N_CASES, [tok.eos_token])])
-    with model.disable_adapter(), torch.no_grad():
-        out = model.generate(**enc, max_new_tokens=MAX_NEW, do_sample=False, stopping_criteria=criteria,
-                             pad_token_id=tok.pad_token_id)
-    generated = out[:, enc.input_ids.shape[1]:].tolist()
+def test_the_engine_shares_the_prompts_prefix_on_qwen(qwen: dict[str, Any], base_rows: list[Any]) -> None:
+    """The engine computes the prompts' shared prefix (the chat template's system text and tools) once. That it then
+    writes what ``generate`` writes on whole prompts is checked through the CLIs on Qwen's template by
+    tests/test_qwen_coder.py (``toolfid lm-eval`` against plain ``lm_eval --model hf``: every case's outcome, calls
+    and text) and token for token on SmolLM2 by tests/test_stop_flows.py; this module compared it token for token
+    once more (about 26 s of Qwen) and no longer does."""
     assert all(r.tokens for r in base_rows)
-    assert len(_near_tie_differences(base_rows, generated, None)) <= 1
-    stats = qwen["base_stats"]  # the engine did share a prefix, and computed fewer prompt tokens than generate
+    stats = qwen["base_stats"]  # the engine did share a prefix, and computed fewer prompt tokens than the prompts hold
     assert stats.shared_tokens > 0 and stats.prompt_tokens < stats.prompt_tokens_total
 
 

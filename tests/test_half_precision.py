@@ -11,9 +11,12 @@ adds exactly nothing. Checked through toolfid's CLI (its entry point, in process
 of lm-eval and its task index): ``toolfid run`` (one process) and ``toolfid lm-eval`` (a base run, then an
 adapter run pairing with its stored reference); ``--verify`` still forcing verification, with the bfloat16
 near-tie accounting of that path, is tests/test_engine.py::test_toolfid_run_in_bfloat16_counts_and_prints_its_near_ties.
-The cases are those where the flips are seen (the first :data:`N` for SmolLM2, :data:`QWEN_CASES` for Qwen): which
-near ties flip depends on the batch, so a subset is kept only where the verified path still flips in it (measured
-with the same case file and batch as here).
+The cases are those where the flips are seen (the first :data:`N` for SmolLM2): which near ties flip depends on the
+batch, so a subset is kept only where the verified path still flips in it (measured with the same case file and batch
+as here). Qwen's chat template in bfloat16 (``fitness-0003`` and ``issues-0009``, both flipped when forced to
+verify) is not run here (about 55 s of the suite): the rule that decides the path
+and the B = 0 arithmetic do not depend on the model, and SmolLM2's 9 cases fail the same way if half precision goes
+back to verifying.
 """
 
 from __future__ import annotations
@@ -38,14 +41,6 @@ B = 0 view of SmolLM2 changes some of them (calendar-0004 and shop-0001 on 2026-
 music-0005 and travel-0002 on 2026-11-27; 1 torch thread). Decoded, as half precision now does, none may change.
 Not fewer: the pair calendar-0004 + shop-0001 alone (batch 2) flips both too, but the base makes no valid call on
 either, so the two-run flow's verdict is UNDECIDED (min_base_validity) and its PASS could not be checked."""
-QWEN_CASES = ("fitness-0003", "issues-0009")
-"""Two default cases, alone in their case file and run together (batch 2): forced to verify, the B = 0 view of Qwen
-changes BOTH (fitness-0003 from its 149th character, issues-0009 from its 159th; ``toolfid run --verify --dtype
-bfloat16``, 1 torch thread, 2026-11-27). They were the two flips among default cases 24-31 and 43 (batch 9, the set
-this test ran before, at 1 torch thread; at 2 threads calendar-0011 and issues-0009 flipped); alone, each one did
-not flip: the schedule decides which near ties flip, so the pair is kept as measured."""
-
-
 class Run:
     """What a toolfid command run in process left: its exit code, stdout and stderr."""
 
@@ -87,18 +82,6 @@ def _assert_same_answers(base: dict[str, dict], adapter: dict[str, dict], n: int
         rec = _record(sample)
         assert rec["identical_output"] is True, cid
         assert rec["ft"]["text"] == rec["base"]["text"] == _record(base[cid])["ft"]["text"], cid
-
-
-def _cases_file(ids: tuple[str, ...], path: Path) -> Path:
-    """The default set's cases with these ids, alone in a case file (the prompts the flips were measured on)."""
-    from lm_eval_toolfid.cases.bundled import default_cases_path
-
-    wanted = set(ids)
-    lines = [line for line in default_cases_path().read_text(encoding="utf-8").splitlines()
-             if line.strip() and json.loads(line)["id"] in wanted]
-    assert len(lines) == len(wanted)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -159,17 +142,3 @@ def test_bfloat16_flows_agree_with_each_other(smol: dict) -> None:
     assert gen["views_together"] == ["base", "zero"]
     differ = [s["doc"]["id"] for s in lm_base if s["resps"] != run_base[s["doc"]["id"]]["resps"]]
     assert len(differ) <= gen["joint_near_tie_cases"], (differ, gen)
-
-
-def test_qwen_chat_in_bfloat16_a_zero_lora_gives_the_base_answers(qwen_coder: Path, tmp_path: Path) -> None:
-    """A real tool-calling template (``<tool_call>``), bfloat16: the cases a verified B = 0 view changed."""
-    cases = _cases_file(QWEN_CASES, tmp_path / "cases.jsonl")
-    zero = zero_lora(qwen_coder, tmp_path / "zero")
-    run = _toolfid(["run", "--base", qwen_coder, "--adapter", f"zero={zero}", "--dtype", "bfloat16", "--cases", cases,
-                    "--batch-size", len(QWEN_CASES), "--no-breakdown", "--output", tmp_path / "run"], tmp_path / "home")
-    assert run.returncode == 0, run.stderr[-3000:]
-    base_results, base = _view(tmp_path / "run" / "base")
-    zero_results, zero_view = _view(tmp_path / "run" / "zero")
-    assert toolfid_meta(base_results, TASK)["prompt_style"] == "chat"
-    _assert_same_answers(base, zero_view, len(QWEN_CASES))
-    assert toolfid_meta(zero_results, TASK)["generation"]["verify"] is False

@@ -168,7 +168,10 @@ now); the other 4 were more of these two kinds."""
 def test_smollm2_zero_and_trained_lora_together_equal_each_alone(smollm2: Path, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """float32, real weights: a B = 0 LoRA and a LoRA trained to answer prose on some cases, decoded with the base
-    (``--no-verify``) and verified together (the default), against each view alone."""
+    (``--no-verify``), against each view alone. Verified together (the default in float32) against each view alone on
+    a real model is tests/test_qwen_coder.py's (``toolfid run``'s verified prose view against ``lm_eval --model hf …
+    peft=``, case by case) and this module's fixture tests; this test ran it a third time (about 20 s) and no longer
+    does."""
     from lm_eval_toolfid.cases.bundled import default_cases_path
     from lm_eval_toolfid.cases.load import load_cases
     from lm_eval_toolfid.prompts.prompter import Prompter
@@ -190,20 +193,12 @@ def test_smollm2_zero_and_trained_lora_together_equal_each_alone(smollm2: Path, 
     common: list[Any] = ["run", "--base", smollm2, "--adapter", f"zero={zero}", "--adapter", f"prose={trained}",
                          "--device", "cpu", "--dtype", "float32", "--cases", cases_file, "--no-breakdown"]
     runs = {}
-    for name, extra in {"alone": ["--views-together", 1, "--no-verify"], "together": ["--no-verify"],
-                        "verified": []}.items():
+    for name, extra in {"alone": ["--views-together", 1, "--no-verify"], "together": ["--no-verify"]}.items():
         code, stdout, stderr = _main([*common, *extra, "--output", tmp_path / name])
         assert code in (0, 1), stderr[-3000:]
         runs[name] = _answers(tmp_path / name)
     _assert_same(runs["together"], runs["alone"], n)
-    _assert_same(runs["verified"], runs["alone"], n)
     assert runs["alone"]["zero"] == runs["alone"]["base"]
     # the trained adapter changed the answer of the case it was trained on: a row under the wrong LoRA shows
     assert runs["alone"]["prose"]["shipping-0008"] != runs["alone"]["base"]["shipping-0008"]
-    verified = {view: _generation(tmp_path / "verified", view, "tool_use_fidelity") for view in ("zero", "prose")}
-    # verified together, both paths taken: the zero LoRA's rows answered by verification alone (every token
-    # accepted), the prose rows decoded
-    assert verified["zero"]["rows_answered_by_verification"] == n, verified["zero"]
-    assert verified["prose"]["tokens_decoded"] > 0, verified["prose"]
     assert _generation(tmp_path / "together", "prose", "tool_use_fidelity")["views_together"] == ["base", "zero", "prose"]
-    assert _generation(tmp_path / "verified", "prose", "tool_use_fidelity")["views_together"] == ["zero", "prose"]
