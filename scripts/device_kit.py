@@ -28,6 +28,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from scripts.real_models import smollm2_gguf
+
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
 CALL_LIMIT = 60 * MIB
@@ -169,18 +171,9 @@ def download(python: Path, wanted: dict[str, str], dest: Path, version: str = "3
         sys.exit(f"device_kit: compiled wheels not for CPython {version}: {compiled}")
 
 
-def smollm2_gguf(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c", "from scripts.real_models import smollm2_gguf; print(smollm2_gguf())"],
-                         cwd=REPO, check=True, capture_output=True, text=True).stdout
-    return Path(out.strip().splitlines()[-1])
-
-
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def cut(gguf: Path, sizes: list[int], root: Path) -> None:
@@ -271,7 +264,7 @@ def main() -> None:
         wanted = closure(python)
         print(f"{len(wanted)} wheels: " + ", ".join(f"{d}=={v}" for d, v in wanted.items()))
         download(python, wanted, REPO / WHEELS)
-        gguf = smollm2_gguf(python)
+        gguf = smollm2_gguf()  # this interpreter is the .venv's (scripts/device_kit.sh)
         if sha256(gguf) != GGUF_SHA256:
             sys.exit(f"device_kit: {gguf} is not the SmolLM2 GGUF the device script checks (sha256 {GGUF_SHA256})")
         calls, sizes = plan_calls(tree, folder_bytes(REPO / WHEELS), gguf.stat().st_size)
