@@ -53,7 +53,8 @@ def test_base_run_reports_unpaired_metrics_and_stores_a_reference(two_run_flow):
     results, samples, _ = runs["base"]
     m = metrics(results)
     assert {"json_valid_rate", "parse_rate", "hallucination_rate", "name_hallucination_rate", "gold_tool_rate"} <= set(m)
-    assert not {"validity_delta", "fidelity_pass", "base_json_valid_rate"} & set(m)  # nothing to pair in a base run
+    # nothing to pair in a base run: the adapter columns are there, and null
+    assert all(m[k] is None for k in ("validity_delta", "fidelity_pass", "base_json_valid_rate", "fidelity_decided"))
     assert m["cases_scored"] == results["n-samples"][FIXTURE_TASK]["effective"]
     assert m["json_valid_rate"] >= 0.9  # the fixture model really calls tools
     assert len(samples) == results["n-samples"][FIXTURE_TASK]["effective"] >= 40
@@ -203,7 +204,8 @@ def test_no_reference_means_adapter_metrics_and_one_warning(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "o")
     m = metrics(results)
-    assert "json_valid_rate" in m and "validity_delta" not in m and m["fidelity_pass"] == 0.0
+    assert "json_valid_rate" in m and m["validity_delta"] is None and m["fidelity_pass"] is None
+    assert m["fidelity_decided"] == 0.0
     assert toolfid_meta(results)["verdict"]["label"] == "UNDECIDED"
     assert proc.stderr.count("no base reference") == 1
 
@@ -218,7 +220,7 @@ def test_a_stale_reference_is_never_used(two_run_flow, tmp_path):
                        root / "home", metadata={"demos": 1}, extra=["--limit", "8"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "o")
-    assert "validity_delta" not in metrics(results)
+    assert metrics(results)["validity_delta"] is None  # unpaired: the column is there, null
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):
@@ -288,8 +290,8 @@ def test_a_limit_base_run_writes_a_subset_reference_and_never_the_full_one(two_r
     proc = lm_eval_here(f"pretrained={FIX['base']},peft={FIX['adapters']['faithful']}", tmp_path / "a", home)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results, _ = read_run(tmp_path / "a")
-    assert "validity_delta" not in metrics(results)
-    assert "covers 6 of the 72 cases" in toolfid_meta(results)["pairing"] and "validity_delta" not in metrics(results)
+    assert metrics(results)["validity_delta"] is None  # unpaired: the column is there, null
+    assert "covers 6 of the 72 cases" in toolfid_meta(results)["pairing"] and metrics(results)["validity_delta"] is None
     assert toolfid_meta(results)["verdict"]["label"] == "UNDECIDED"
 
 

@@ -53,6 +53,54 @@ def test_both_layouts_are_read_with_their_samples(tmp_path):
     assert ra.ci("json_valid_rate") == pytest.approx(wilson(4 / 6, 6))
 
 
+def test_compare_intervals_stay_inside_each_metrics_range(tmp_path):
+    """A rate near 1 with lm-eval's stderr would give ``0.800 [0.54,1.06]`` (±1.96·se): rates get Wilson's
+    interval over their denominator, a delta's stderr interval is cut to [-1, 1]; the table shows them so."""
+    import json
+
+    from lm_eval_toolfid.reporting.leaderboard import build, cell
+
+    path = write_run(tmp_path / "run" / "a1", _cases(1, n_same=4))
+    data = json.loads(path.read_text())
+    res = data["results"][next(iter(data["results"]))]
+    res.update({"json_valid_rate,none": 0.8, "json_valid_rate_stderr,none": 0.13, "validity_delta,none": -0.95,
+                "validity_delta_stderr,none": 0.2, "gold_tool_rate,none": 0.98, "gold_tool_rate_stderr,none": 0.05})
+    data["configs"][next(iter(data["configs"]))]["metadata"]["toolfid"]["summary"] = {
+        "denominators": {"json_valid_rate": 5, "gold_tool_rate": 50}}
+    path.write_text(json.dumps(data))
+    run = read_run(path)
+    assert run.ci("json_valid_rate") == pytest.approx(wilson(0.8, 5))
+    assert run.ci("gold_tool_rate") == pytest.approx(wilson(0.98, 50))
+    assert run.ci("validity_delta") == pytest.approx((-1.0, -0.95 + 1.96 * 0.2))
+    for metric in ("json_valid_rate", "gold_tool_rate", "validity_delta"):
+        lo, hi = run.ci(metric)
+        assert (-1.0 if metric.endswith("delta") else 0.0) <= lo <= hi <= 1.0, metric
+    row = build([run]).rows[0]
+    assert cell(row, "json_valid_rate", True) == "0.800 [%.2f,%.2f]" % wilson(0.8, 5)
+
+
+def test_groups_that_differ_only_in_dtype_are_headed_by_it(tmp_path):
+    """The same base folder in float32 and in bfloat16 is two groups (they never pair); each heading names the
+    dtype, and the JSON says why the second stands apart."""
+    import json
+
+    from lm_eval_toolfid.reporting.leaderboard import build, format_json, format_leaderboard_table
+
+    runs = []
+    for dtype, date in (("float32", 1.0), ("bfloat16", 2.0)):
+        path = write_run(tmp_path / dtype / "a1", _cases(1), date=date)
+        data = json.loads(path.read_text())
+        data["configs"][next(iter(data["configs"]))]["metadata"]["toolfid"]["run_key"]["base"]["dtype"] = dtype
+        path.write_text(json.dumps(data))
+        runs.append(read_run(path))
+    board = build(runs)
+    assert [g.title.split(" · ")[-1] for g in board.groups] == ["dtype float32", "dtype bfloat16"]
+    text = format_leaderboard_table(board)
+    assert "dtype float32" in text and "dtype bfloat16" in text
+    groups = json.loads(format_json(board))["groups"]
+    assert "another dtype (bfloat16)" in groups[1]["why"] and groups[1]["facets"]["dtype"] == "bfloat16"
+
+
 def test_duplicate_runs_are_counted_once(tmp_path):
     src = write_run(tmp_path / "x" / "a1", _cases(1))
     copy = tmp_path / "y" / "a1"

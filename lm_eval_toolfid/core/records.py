@@ -501,6 +501,10 @@ class PairScore(BaseModel):
     primed: bool = False
     """The prompt wrote the start of a call for the model (plain-v3's ``{"name": "``): whether the model would
     have called a tool cannot be seen, so the false-call metrics leave such a case out."""
+    answer_source: str | None = None
+    """Where the answer came from when the model did not generate it in this run: ``request_cache`` (lm-eval's
+    ``--use_cache`` answered it, and this model is not recorded to have written that answer). Such a run gets no
+    verdict and writes no base reference."""
 
     @property
     def validity_delta(self) -> int | None:

@@ -23,6 +23,8 @@ A case with a history gets its conversation as a transcript between its ``### Re
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import hashlib
 import json
 from importlib import resources
@@ -162,20 +164,42 @@ def pick_demos(case: Case, n: int) -> list[tuple[list[ToolSpec], str, dict[str, 
     return rotated[: min(n, len(rotated))]
 
 
-def render_plain(case: Case, settings: PromptSettings = PromptSettings(), examples: ExampleIndex | None = None) -> str:
-    """The plain prompt: instruction, demos, then the open block (``plain-v3``: with examples, primed)."""
+@dataclass(frozen=True)
+class PlainTurns:
+    """The plain prompt's parts, for a chat template's turns (lm-eval's ``--apply_chat_template``): the
+    instruction, each demonstration as (its block up to ``### Call``, its call), the case's open block, the primer."""
+
+    instruction: str
+    demos: list[tuple[str, str]]
+    request: str
+    primer: str
+
+    def text(self) -> str:
+        """The plain prompt as one text (:func:`render_plain`)."""
+        parts = [self.instruction + "\n\n"] if self.instruction else []
+        parts += [head + call + "\n\n" for head, call in self.demos]
+        return "".join(parts) + self.request + self.primer
+
+
+def plain_turns(case: Case, settings: PromptSettings = PromptSettings(),
+                examples: ExampleIndex | None = None) -> PlainTurns:
+    """The plain prompt of a case in its parts (instruction, demos, then the open block; ``plain-v3``: with
+    examples, primed)."""
     if settings.template not in TEMPLATES:
         raise ToolfidError(f"unknown prompt_template {settings.template!r}; use one of {', '.join(TEMPLATES)}")
     v3 = settings.template == TEMPLATE_EXAMPLES
     demo_template = TEMPLATE_SIGNATURES if v3 else settings.template
-    parts = [settings.instruction + "\n\n"] if settings.instruction else []
-    parts += [render_block(tools, req, call, demo_template) + "\n"
-              for tools, req, call in pick_demos(case, settings.demos)]
-    parts.append(render_block(case.tools, case.prompt, template=settings.template,
-                              examples=examples.for_case(case) if v3 and examples is not None else None,
-                              history=plain_transcript(case)))
-    parts.append(primer_for(case, settings))
-    return "".join(parts)
+    demos = [(render_block(tools, req, None, demo_template), json.dumps(call, ensure_ascii=False))
+             for tools, req, call in pick_demos(case, settings.demos)]
+    request = render_block(case.tools, case.prompt, template=settings.template,
+                           examples=examples.for_case(case) if v3 and examples is not None else None,
+                           history=plain_transcript(case))
+    return PlainTurns(settings.instruction or "", demos, request, primer_for(case, settings))
+
+
+def render_plain(case: Case, settings: PromptSettings = PromptSettings(), examples: ExampleIndex | None = None) -> str:
+    """The plain prompt: instruction, demos, then the open block (``plain-v3``: with examples, primed)."""
+    return plain_turns(case, settings, examples).text()
 
 
 def primer_of(settings: PromptSettings) -> str:

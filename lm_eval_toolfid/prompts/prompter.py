@@ -19,7 +19,8 @@ from lm_eval_toolfid.core.records import Case
 from lm_eval_toolfid.prompts.auto import choose_style
 from lm_eval_toolfid.prompts.chat import TOOLS_IN_TEMPLATE, ChatPrompter, template_spec
 from lm_eval_toolfid.prompts.history import HISTORY_FORMAT, raw_transcript
-from lm_eval_toolfid.prompts.plain import ExampleIndex, pick_demos, primer_for, primer_of, render_plain
+from lm_eval_toolfid.prompts.plain import (ExampleIndex, PlainTurns, pick_demos, plain_turns, primer_for, primer_of,
+                                           render_plain)
 from lm_eval_toolfid.prompts.settings import (
     CHAT_DEMOS,
     PROMPT_STYLES,
@@ -75,6 +76,12 @@ class Prompter:
 
     def render(self, case: Case) -> str:
         return render_prompt(case, self.settings, self.chat, self.examples)
+
+    def plain_turns(self, case: Case) -> PlainTurns:
+        """The plain style's prompt in its parts (for a chat template's turns); the plain style only."""
+        if self.settings.style != "plain":
+            raise ToolfidError(f"prompt_style {self.settings.style} has no plain turns")
+        return plain_turns(case, self.settings, self.examples)
 
     def chat_request(self, case: Case) -> dict[str, Any]:
         """The chat style's request for a server that renders the template itself: the messages (as rendered

@@ -67,11 +67,46 @@ class Group:
     case_set: str | None
     rows: list[LeaderboardRow]
     why: str = ""
+    facets: dict[str, str] = field(default_factory=dict)
+    """What else makes the group's runs comparable with each other (dtype, prompt, chat template, generation)."""
+    differs: list[str] = field(default_factory=list)
+    """The facets whose value differs between the board's groups: shown in the heading."""
 
     @property
     def title(self) -> str:
         cases = f"case set {self.case_set}" if self.case_set else "no tool_use_fidelity results"
-        return f"base {self.base} · {cases}"
+        extra = "".join(f" · {name} {self.facets.get(name, DASH)}" for name in self.differs)
+        return f"base {self.base} · {cases}{extra}"
+
+
+FACETS = ("dtype", "backend", "prompt", "chat template", "lm-eval chat template", "generation")
+"""The facets a heading names when groups differ in them (besides the base model and the case set)."""
+
+
+def run_facets(run: Run) -> dict[str, str]:
+    """What a run's pairing key holds besides its base model and case set, in words (a run without a key: none)."""
+    prov = run.toolfid
+    key = prov.get("run_key") or {}
+    base = key.get("base") or {}
+    generation = dict(key.get("generation") or {})
+    lm_eval = generation.pop("lm_eval", None) or {}
+    out = {"dtype": str(base.get("dtype") or DASH), "backend": str(base.get("backend") or DASH)}
+    style = prov.get("prompt_style")
+    if style:
+        out["prompt"] = str(style) + (f"/{prov['prompt_template']}" if prov.get("prompt_template") else "") + \
+            (f" #{key['prompt']}" if key.get("prompt") else "")
+    elif key.get("prompt"):
+        out["prompt"] = f"#{key['prompt']}"
+    if prov.get("chat_template_sha"):
+        out["chat template"] = str(prov["chat_template_sha"])[:12]
+    out["lm-eval chat template"] = "applied" if lm_eval.get("apply_chat_template") else "not applied"
+    if lm_eval.get("fewshot_as_multiturn"):
+        out["lm-eval chat template"] += ", fewshot as multiturn"
+    not_greedy = prov.get("not_greedy")
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(generation.items()) if k != "until")
+    out["generation"] = ("NOT GREEDY: " + ", ".join(not_greedy) if not_greedy else "greedy") + \
+        (f" ({shown})" if shown else "")
+    return out
 
 
 @dataclass
@@ -94,7 +129,9 @@ def build(runs: list[Run], notes: list[str] | None = None) -> Leaderboard:
         if run.toolfid_task is None:
             others.append(run)
             continue
-        key = (_norm(run.model), _norm(run.adapter), run.toolfid_task, run.base_key, run.case_set)
+        facets = run_facets(run)
+        key = (_norm(run.model), _norm(run.adapter), run.toolfid_task, run.base_key, run.case_set,
+               *(facets.get(f) for f in FACETS))
         if key in rows and rows[key].toolfid is not None:
             old = rows[key].toolfid
             notes.append(f"{run.label}: newer run {run.source} shown; older {old.source} ignored")  # type: ignore[union-attr]
@@ -105,31 +142,45 @@ def build(runs: list[Run], notes: list[str] | None = None) -> Leaderboard:
     for run in others:  # other-task-only files join every row of the same model + adapter
         targets = [r for k, r in rows.items() if k[:2] == (_norm(run.model), _norm(run.adapter))]
         if not targets:
-            key = (_norm(run.model), _norm(run.adapter), None, None, None)
+            key = (_norm(run.model), _norm(run.adapter), None, None, None, *(None for _ in FACETS))
             targets = [rows.setdefault(key, LeaderboardRow(model=run.model, adapter=run.adapter, label=run.label))]
         for row in targets:
             row.others.update(run.other)
             row.sources.append(str(run.source))
-    groups: dict[tuple[str, str | None], Group] = {}
+    groups: dict[tuple[Any, ...], Group] = {}
     for row in rows.values():
+        facets: dict[str, str] = {}
         if row.toolfid is not None:
-            key, shown = (row.toolfid.base_key, row.toolfid.case_set), row.toolfid.base_id
+            facets = run_facets(row.toolfid)
+            key = (row.toolfid.base_key, row.toolfid.case_set, *(facets.get(f) for f in FACETS))
+            shown = row.toolfid.base_id
         else:
             same_model = [(k, g) for k, g in groups.items() if g.rows and _norm(g.rows[0].model) == _norm(row.model)]
             key, shown = (same_model[0][0], same_model[0][1].base) if same_model else ((row.model, None), row.model)
-        groups.setdefault(key, Group(base=shown, case_set=key[1], rows=[])).rows.append(row)
+            facets = same_model[0][1].facets if same_model else {}
+        groups.setdefault(key, Group(base=shown, case_set=key[1], rows=[], facets=facets)).rows.append(row)
     ordered = list(groups.values())
     if len(ordered) > 1:
+        differs = [f for f in FACETS if len({g.facets.get(f) for g in ordered if g.facets}) > 1]
         first = ordered[0]
+        for g in ordered:
+            g.differs = differs
         for g in ordered[1:]:
             reasons = []
             if g.base != first.base:
                 reasons.append("another base model (or the same path with other weights)")
             if g.case_set != first.case_set:
                 reasons.append("another case set")
+            reasons += [f"another {f} ({g.facets.get(f, DASH)})" for f in differs
+                        if g.facets.get(f) != first.facets.get(f)]
             g.why = "not comparable with the first group: " + " and ".join(reasons) if reasons else ""
-        first.why = f"{len(ordered)} groups: rows are only comparable within a group (same base model and case set)"
+        first.why = (f"{len(ordered)} groups: rows are only comparable within a group (same base model, case set, "
+                     "dtype, prompt and generation settings)")
     other_tasks = sorted({t for r in rows.values() for t in r.others})
+    for row in rows.values():
+        if not_greedy(row):
+            notes.append(f"{row.label}: generated with {', '.join(not_greedy(row))} (not greedy): sampled answers "
+                         "cannot show what an adapter changed, so the run has no verdict")
     return Leaderboard(groups=ordered, other_tasks=other_tasks, notes=notes)
 
 
@@ -185,8 +236,14 @@ def cell(row: LeaderboardRow, metric: str, with_ci: bool) -> str:
     return text
 
 
+def not_greedy(row: LeaderboardRow) -> list[str]:
+    """The generation settings that made this row's run sample (empty: greedy, as the contract asks)."""
+    return list((row.toolfid.toolfid.get("not_greedy") or []) if row.toolfid else [])
+
+
 def _adapter_name(row: LeaderboardRow) -> str:
-    return row.label if row.adapter else f"{row.label} (no adapter)" if row.label != "base" else "base (no adapter)"
+    name = row.label if row.adapter else f"{row.label} (no adapter)" if row.label != "base" else "base (no adapter)"
+    return name + (" [NOT GREEDY]" if not_greedy(row) else "")
 
 
 def table_cells(board: Leaderboard, group: Group) -> tuple[list[str], list[list[str]]]:
@@ -258,7 +315,7 @@ def to_records(board: Leaderboard) -> list[dict[str, Any]]:
                 "group": gi, "base": group.base, "case_set": group.case_set,
                 "model": row.model, "adapter": row.adapter, "label": row.label, "verdict": row.verdict,
                 "verdict_reason": ((row.toolfid.verdict or {}).get("reason") if row.toolfid else None),
-                "metrics": metrics,
+                "metrics": metrics, "not_greedy": not_greedy(row) or None,
                 "other_tasks": {t: {"metric": m, "value": v} for t, (m, v) in row.others.items()},
                 "sources": row.sources,
             })
@@ -266,7 +323,8 @@ def to_records(board: Leaderboard) -> list[dict[str, Any]]:
 
 
 def format_json(board: Leaderboard) -> str:
-    groups = [{"base": g.base, "case_set": g.case_set, "why": g.why} for g in board.groups]
+    groups = [{"base": g.base, "case_set": g.case_set, "title": g.title, "facets": g.facets, "why": g.why}
+              for g in board.groups]
     return json.dumps({"groups": groups, "rows": to_records(board), "notes": board.notes}, indent=2,
                       ensure_ascii=False)
 

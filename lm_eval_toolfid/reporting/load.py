@@ -89,21 +89,39 @@ class Run:
         return json.dumps([_norm(self.model), _norm(self.adapter), self.date, tasks], default=str)
 
     def ci(self, metric: str) -> tuple[float, float] | None:
-        """95% interval: from the task's metadata when it stores one, else ±1.96·stderr, else Wilson for rates."""
-        stored = (self.toolfid.get("summary") or {}).get(f"{metric}_ci")  # the run's own interval (Tango)
+        """95% interval, always inside the metric's range: the run's own when it stores one (the paired deltas:
+        Tango / Newcombe, as the verdict uses); for a rate, Wilson's over its denominator (the cases it was computed
+        on); else ±1.96·stderr cut to the range (a delta's is [-1, 1])."""
+        summary = self.toolfid.get("summary") or {}
+        stored = summary.get(f"{metric}_ci")  # the run's own interval (Tango)
         if isinstance(stored, (list, tuple)) and len(stored) == 2 and all(isinstance(x, (int, float)) for x in stored):
             return float(stored[0]), float(stored[1])
         value = self.metrics.get(metric)
         if not isinstance(value, (int, float)):
             return None
-        se = self.stderr.get(metric)
-        if se is not None and se > 0:
-            return value - 1.96 * se, value + 1.96 * se
+        bounds = metric_range(metric)
         if metric in self.derived_ci:
             return self.derived_ci[metric]
-        if metric in ("json_valid_rate", "base_json_valid_rate", "parse_rate") and self.n:
-            return wilson(value, self.n)
+        if bounds == (0.0, 1.0) and metric not in ("validity_mcnemar_p",):
+            n = (summary.get("denominators") or {}).get(metric)
+            if not isinstance(n, int) and metric in ("json_valid_rate", "base_json_valid_rate", "parse_rate"):
+                n = self.n
+            if isinstance(n, int) and n > 0 and 0.0 <= value <= 1.0:
+                return wilson(value, n)
+        se = self.stderr.get(metric)
+        if se is not None and se > 0 and bounds is not None:
+            return max(bounds[0], value - 1.96 * se), min(bounds[1], value + 1.96 * se)
         return None
+
+
+def metric_range(metric: str) -> tuple[float, float] | None:
+    """The values a metric can take: a difference of two rates [-1, 1], a z-score unbounded (None), the rest
+    (rates, shares, p-values) [0, 1]."""
+    if metric == "json_valid_z":
+        return None
+    if metric.endswith("_delta"):
+        return (-1.0, 1.0)
+    return (0.0, 1.0)
 
 
 def wilson(rate: float, n: int, z: float = 1.96) -> tuple[float, float]:

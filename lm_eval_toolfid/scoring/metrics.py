@@ -113,14 +113,16 @@ class Metric:
     name: str
     item: Callable[[PairScore], Any]
     aggregate: Callable[[Sequence[Any]], float | None]
-    higher_is_better: bool
+    higher_is_better: bool | None
+    """The direction a leaderboard sorts by; None where neither direction means better (a p-value, a share of
+    identical outputs: 1.0 can mean "kept everything" or "was not applied")."""
     paired: bool
     kind: str
     """``rate``: mean of 0/1 items (lm-eval reports its standard error); ``custom``: see aggregate."""
     doc: str
 
 
-def _m(name: str, item: Callable[[PairScore], Any], higher: bool, paired: bool, doc: str,
+def _m(name: str, item: Callable[[PairScore], Any], higher: bool | None, paired: bool, doc: str,
        aggregate: Callable[[Sequence[Any]], float | None] = rate, kind: str = "rate") -> Metric:
     return Metric(name, item, aggregate, higher, paired, kind, doc)
 
@@ -161,7 +163,7 @@ METRICS: tuple[Metric, ...] = (
        "the paired base's result_grounding_rate", aggregate=ratio, kind="custom"),
     _m("validity_delta", lambda p: p.validity_delta, True, True,
        "mean over cases of (adapter valid − base valid); lm-eval's stderr is the paired standard error"),
-    _m("validity_mcnemar_p", lambda p: p.validity_delta, True, True,
+    _m("validity_mcnemar_p", lambda p: p.validity_delta, None, True,
        "exact two-sided McNemar p-value of the validity change", aggregate=mcnemar, kind="custom"),
     _m("arg_disagreement", lambda p: p.arg_disagreement, False, True,
        "over cases where both views are valid: fraction of leaf fields (any depth, types kept apart) that differ"),
@@ -170,7 +172,7 @@ METRICS: tuple[Metric, ...] = (
        aggregate=delta_of_rates, kind="custom"),
     _m("tool_choice_change_rate", _tool_choice_change, False, True,
        "cases where both views call offered tools, but not the same ones"),
-    _m("identical_output_rate", lambda p: _opt(p.identical_output), True, True,
+    _m("identical_output_rate", lambda p: _opt(p.identical_output), None, True,
        "cases whose adapter generation is byte-identical to the base's"),
     _m("format_drift_rate", _format_drift, False, True,
        "cases where both views made a call, in different surface formats"),
@@ -178,6 +180,11 @@ METRICS: tuple[Metric, ...] = (
        "false_call_rate(adapter) − false_call_rate(base)", aggregate=delta_of_rates, kind="custom"),
 )
 METRIC_BY_NAME = {m.name: m for m in METRICS}
+
+
+def higher_is_better_map() -> dict[str, bool]:
+    """lm-eval's ``higher_is_better`` for the metrics that have a direction (the others are left out)."""
+    return {m.name: m.higher_is_better for m in METRICS if m.higher_is_better is not None}
 
 
 def case_items(p: PairScore) -> dict[str, Any]:

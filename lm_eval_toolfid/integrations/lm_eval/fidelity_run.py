@@ -44,9 +44,19 @@ class Conclusion:
     null: NullComparison | None = None
 
     @property
-    def pass_value(self) -> float:
-        """``fidelity_pass``: 1.0 only for PASS (FAIL and UNDECIDED are 0.0; the label tells them apart)."""
-        return 1.0 if self.verdict is not None and self.verdict.passed is True else 0.0
+    def pass_value(self) -> float | None:
+        """``fidelity_pass``: 1.0 for PASS, 0.0 for FAIL, None (null in lm-eval's results) when no verdict was
+        reached (UNDECIDED) or there is nothing to judge (a base run)."""
+        if self.verdict is None or self.verdict.passed is None:
+            return None
+        return 1.0 if self.verdict.passed else 0.0
+
+    @property
+    def decided_value(self) -> float | None:
+        """``fidelity_decided``: 1.0 when the verdict is PASS or FAIL, 0.0 when UNDECIDED, None in a base run."""
+        if self.verdict is None:
+            return None
+        return 0.0 if self.verdict.passed is None else 1.0
 
 
 class FidelityRun:
@@ -65,6 +75,16 @@ class FidelityRun:
         self._generations: dict[str, str] = {}
         self._conclusion: Conclusion | None = None
         self._resolved = False
+        self.withheld: list[str] = []
+        """Why this run's answers cannot carry a verdict or a base reference (answers from lm-eval's request cache
+        that this model did not write, sampling): :meth:`withhold`."""
+
+    def withhold(self, reason: str) -> None:
+        """This run's answers are scored but cannot judge the adapter nor serve as a base reference: the verdict is
+        UNDECIDED with ``reason`` (the verdict line says it), and a base run writes no reference (said in one line)."""
+        if reason not in self.withheld:
+            self.withheld.append(reason)
+            self.provenance["verdict_withheld"] = list(self.withheld)
 
     # --- build time ----------------------------------------------------------------------
 
@@ -200,6 +220,11 @@ class FidelityRun:
 
     # --- once, at the end ----------------------------------------------------------------
 
+    @property
+    def conclusion(self) -> Conclusion | None:
+        """The run's conclusion once :meth:`finish` ran; None before."""
+        return self._conclusion
+
     def finish(self, records: list[Any]) -> Conclusion:
         """Summary, verdict, provenance and (base run) reference, from the per-case records."""
         if self._conclusion is not None:
@@ -218,9 +243,15 @@ class FidelityRun:
                 self.provenance["z_profile"] = self.calibration.z_profile(summary.json_valid_rate,
                                                                           n=summary.n_relevant or None)
             verdict = judge(summary, self.settings.verdict, null)
+            if self.withheld:  # the gates are shown; no label rests on these answers
+                verdict = Verdict(passed=None, gates=verdict.gates, notes=verdict.notes,
+                                  reason="; ".join(self.withheld))
             self.provenance["verdict"] = verdict.as_record()
-            log.warning("tool_use_fidelity verdict: %s — %s%s", verdict.label, verdict.reason,
-                        f" [{'; '.join(verdict.notes)}]" if verdict.notes else "")
+            log.log(logging.INFO if verdict.passed else logging.WARNING, "tool_use_fidelity verdict: %s — %s%s",
+                    verdict.label, verdict.reason, f" [{'; '.join(verdict.notes)}]" if verdict.notes else "")
+        elif self.withheld:
+            self.provenance["reference_not_written"] = "; ".join(self.withheld)
+            log.warning("tool_use_fidelity: base reference not written: %s", self.provenance["reference_not_written"])
         else:
             self._store_reference(pairs)
         self.provenance.update(

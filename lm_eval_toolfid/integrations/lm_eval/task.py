@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import datasets
-from lm_eval.api.metrics import mean
+from lm_eval.api.metrics import bypass_agg, mean
 from lm_eval.api.task import ConfigurableTask
 
 from lm_eval_toolfid.cases.load import load_cases
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case
 from lm_eval_toolfid.integrations.lm_eval.fidelity_run import FidelityRun
+from lm_eval_toolfid.integrations.lm_eval.greedy import not_greedy, sampling_reason
+from lm_eval_toolfid.integrations.lm_eval.request_cache import CacheUse, cache_reason, check_cache, model_identity
 from lm_eval_toolfid.integrations.lm_eval.hints import RequestHints, ViewHints, attach as attach_hints
 from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 from lm_eval_toolfid.pairing.identity import RunKey, base_identity, canonical, request_hash
@@ -34,7 +36,7 @@ from lm_eval_toolfid.prompts.history import conversation_text
 from lm_eval_toolfid.prompts.plain import render_demo_call
 from lm_eval_toolfid.prompts.prompter import Prompter
 from lm_eval_toolfid.integrations.lm_eval.generation_record import summarize_generation
-from lm_eval_toolfid.scoring.metrics import METRICS, case_items
+from lm_eval_toolfid.scoring.metrics import METRICS, case_items, higher_is_better_map
 from lm_eval_toolfid.serving.client import list_models
 from lm_eval_toolfid.serving.connection import connection_for
 
@@ -159,6 +161,12 @@ class ToolUseFidelityTask(ConfigurableTask):
                                          "api=completions)"))
             self.settings = self.settings.model_copy(update={"prompt_style": "chat"})
         self._echoed: set[str] = set()
+        self._prefill = False
+        """lm-eval's --apply_chat_template on a style that writes the start of the answer: the prompt goes in the
+        user's turn and the primer is the assistant's prefill (:meth:`plain_messages`)."""
+        self._cache: CacheUse | None = None
+        self._predict_only = False
+        self._records: list[dict[str, Any]] = []
         super().__init__(config=config, **kwargs)
 
     # --- docs and prompts ------------------------------------------------------------------
@@ -238,7 +246,45 @@ class ToolUseFidelityTask(ConfigurableTask):
                 log.warning("tool_use_fidelity: prompt_style chat does not use lm-eval's --system_instruction; "
                             "pass --metadata '{\"system_prompt\": ...}' instead")
             return self.doc_to_text(doc)
-        return super().fewshot_context(doc, num_fewshot, *args, **kwargs)
+        template = kwargs.get("chat_template")
+        if not kwargs.get("apply_chat_template") or not callable(template):
+            return super().fewshot_context(doc, num_fewshot, *args, **kwargs)
+        primer = ""
+        try:
+            if self.style != "plain":  # raw: the request as the user's turn, the answer the assistant's
+                return super().fewshot_context(doc, num_fewshot, *args, **kwargs)
+            messages = self.plain_messages(self.case_of(doc), kwargs.get("system_instruction"),
+                                           kwargs.get("fewshot_as_multiturn"))
+            primer = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
+            return template(messages, add_generation_prompt=not primer)
+        except Exception as exc:  # noqa: BLE001 - the template's own error, named in one line
+            what = ("cannot continue an assistant turn the task starts (the answer's opening is the assistant's "
+                    "prefill)" if primer else "cannot render this prompt")
+            said = str(exc).split(". ")[0].strip()[:200]
+            raise _fail(ToolfidError(
+                f"--apply_chat_template: the model's chat template {what} ({type(exc).__name__}: {said}); drop the "
+                "flag, or use --metadata '{\"prompt_style\": \"chat\"}' (the task renders the model's own chat "
+                "template with each case's tools)")) from None
+
+    def plain_messages(self, case: Case, system: str | None = None, multiturn: bool | None = False) -> list[dict[str, str]]:
+        """The plain prompt as chat turns, for lm-eval's ``--apply_chat_template``: lm-eval's system instruction, the
+        prompt in the user's turn (``--fewshot_as_multiturn``: each demonstration a user turn and its call the
+        assistant's, the case's request the last user turn) and, where the prompt starts the answer (plain-v3's
+        primer), that start as the assistant's turn for the model to continue."""
+        turns = self.prompter.plain_turns(case)
+        messages = [{"role": "system", "content": system}] if system else []
+        if multiturn and turns.demos:
+            lead = turns.instruction + "\n\n" if turns.instruction else ""
+            for head, call in turns.demos:
+                messages += [{"role": "user", "content": lead + head}, {"role": "assistant", "content": call}]
+                lead = ""
+            messages.append({"role": "user", "content": lead + turns.request})
+        else:
+            text = turns.text()
+            messages.append({"role": "user", "content": text[:len(text) - len(turns.primer)]})
+        if turns.primer:
+            messages.append({"role": "assistant", "content": turns.primer})
+        return messages
 
     def doc_to_target(self, doc: dict[str, Any], doc_to_target: Any = None) -> str:
         case = self.case_of(doc)
@@ -265,6 +311,7 @@ class ToolUseFidelityTask(ConfigurableTask):
             until = self.prompter.until(given)
             if until != given:
                 self.config.generation_kwargs = {**gen, "until": until}
+        self._prefill = bool(kwargs.get("apply_chat_template")) and self.style == "plain" and bool(self.prompter.primer)
         lm_requests = {k: kwargs.get(k) for k in LM_EVAL_REQUEST_KEYS if kwargs.get(k) not in (None, False, "")}
         if not lm_requests.get("apply_chat_template"):  # these act only through lm-eval's chat template
             lm_requests = {k: v for k, v in lm_requests.items() if k not in ("fewshot_as_multiturn", "tokenizer_name")}
@@ -283,9 +330,32 @@ class ToolUseFidelityTask(ConfigurableTask):
         except ToolfidError as exc:
             raise _fail(exc) from None
         self.run.provenance.update(prompt=self.prompter.settings.fingerprint(), **self.prompter.provenance())
+        if lm_requests.get("apply_chat_template"):
+            self.run.provenance["lm_eval_chat_template"] = (
+                "the prompt in the user's turn, the answer's opening as the assistant's prefill" if self._prefill
+                else "the prompt in the user's turn, the answer in the assistant's")
+        generation = dict(self.config.generation_kwargs or {})
+        if not_greedy(generation):
+            self.run.provenance["not_greedy"] = not_greedy(generation)
+            self.run.withhold(str(sampling_reason(generation)))
         self._note_adapter_template()
         super().build_all_requests(**kwargs)
         self._attach_generation_hints()
+        self._check_request_cache()
+
+    def _check_request_cache(self) -> None:
+        """lm-eval's request cache (``--use_cache``): which of this run's answers it will give, and whether this
+        model wrote them (:mod:`~lm_eval_toolfid.integrations.lm_eval.request_cache`); said once when some are not."""
+        key = self.run.key
+        use = check_cache(self._instances or [], model_identity(key.base if key is not None else None,
+                                                                self.settings.adapter))
+        self._cache = use
+        if use is None:
+            return
+        self.run.provenance["request_cache"] = {"path": use.path_given, "requests": use.total,
+                                                "from_cache_other_model": use.foreign, "from_cache_own": use.own}
+        if use.foreign:  # said with the verdict (or the base reference not written), at the end
+            self.run.provenance["request_cache_path"] = use.path_given
 
     def _attach_generation_hints(self) -> None:
         """Tell the LM, per request, what the scorer puts in front of the generation (the stop rule reads
@@ -388,7 +458,15 @@ class ToolUseFidelityTask(ConfigurableTask):
     def record_key(self) -> str:
         return "fidelity_pass" if self.settings.is_adapter_run else "cases_scored"
 
+    def override_metric(self, metric_name: str) -> None:
+        """lm-eval's ``--predict_only`` (``bypass``): answers and samples only — no metrics, no verdict, no base
+        reference."""
+        super().override_metric(metric_name)
+        self._predict_only = True
+
     def process_results(self, doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
+        if self._predict_only:
+            return {"bypass": None}
         text = results[0] if results else ""
         text = text if isinstance(text, str) else ("" if text is None else str(text))
         if self.settings.served:  # servers may return the stop string (transformers serve): lm-eval's cut, as HF's
@@ -398,11 +476,38 @@ class ToolUseFidelityTask(ConfigurableTask):
             text = cut
         case = self.case_of(doc)
         record = self.run.score(str(doc["id"]), self.prompter.answer(text, case), primed=self.prompter.primed(case))
-        items: dict[str, Any] = case_items(record)
+        if self._cache is not None and self._cache.is_foreign(self._instance_of(doc)):
+            record = record.model_copy(update={"answer_source": "request_cache"})
+        dumped = record.model_dump(mode="json")
+        self._records.append(dumped)
+        # the record first: its aggregation is the run's finish step, which the verdict's columns read
+        items: dict[str, Any] = {self.record_key: dumped}
+        if self.settings.is_adapter_run:  # run-level columns: no per-case value (samples hold the record once)
+            items.update(cases_scored=None, fidelity_decided=None)
+        else:
+            items.update(fidelity_pass=None, fidelity_decided=None)
+        if not self._paired:  # the paired columns, present and null in a run with no base to pair with
+            items.update({m.name: None for m in METRICS if m.paired})
+        # a custom aggregate's column is there even when no case is in its denominator (null; lm-eval's mean
+        # cannot take a null item, so a rate with no case in its denominator has no column: docs/metrics.md)
+        items.update({m.name: None for m in METRICS if m.kind != "rate" and (self._paired or not m.paired)})
+        items.update(case_items(record))
         if self.run.calibration is not None and record.relevant:
             items["json_valid_z"] = int(record.ft.valid)
-        items[self.record_key] = record.model_dump(mode="json")
         return items
+
+    @property
+    def _paired(self) -> bool:
+        """The run has a base to pair with (an adapter run that found its base's answers): the paired columns have
+        values; otherwise they are present and null (a base run, an adapter run with no base run)."""
+        return self.settings.is_adapter_run and bool(self.run.references)
+
+    def _instance_of(self, doc: dict[str, Any]) -> Any:
+        """The request built for this document (its id), for what was recorded about it before generation."""
+        if not hasattr(self, "_by_doc_id"):
+            self._by_doc_id = {str(inst.doc.get("id")): inst for inst in self._instances or []
+                               if isinstance(inst.doc, dict)}
+        return self._by_doc_id.get(str(doc.get("id")))
 
     # --- aggregation -----------------------------------------------------------------------
 
@@ -417,10 +522,23 @@ class ToolUseFidelityTask(ConfigurableTask):
                 [getattr(inst, "toolfid_served", None) for inst in self._instances or []], len(self._echoed))
         if self.settings.check_stops:
             self._check_stops()
+        foreign = sum(1 for r in records if isinstance(r, dict) and r.get("answer_source") == "request_cache")
+        if foreign:
+            self.run.withhold(cache_reason(foreign, len(records), self.run.provenance.get("request_cache_path")))
+        if self._cache is not None:
+            self._cache.record_generated()
         conclusion = self.run.finish(records)
         if isinstance(self.config.metadata, dict):
             self.config.metadata["toolfid"] = self.run.provenance
         return conclusion.pass_value if self.settings.is_adapter_run else float(conclusion.summary.n)
+
+    def _decided(self, items: list[Any]) -> float | None:
+        """``fidelity_decided``, from the run's conclusion (its finish runs first: the record is the first column;
+        where lm-eval aggregated in another order, the records this process scored finish it)."""
+        if self.run.conclusion is None and self._records:
+            self._finish(list(self._records))
+        conclusion = self.run.conclusion
+        return conclusion.decided_value if conclusion is not None else None
 
     def _check_stops(self) -> None:
         """``check_stops``: the rows the LM decoded a second time without the early stop, scored both ways."""
@@ -439,12 +557,33 @@ class ToolUseFidelityTask(ConfigurableTask):
         return self.run.calibration.z(mean(items), n=len(items))
 
     def aggregation(self) -> dict[str, Callable[[list[Any]], Any]]:
+        if self._predict_only:
+            return {"bypass": bypass_agg}
+        adapter = self.settings.is_adapter_run
         aggs: dict[str, Callable[[list[Any]], Any]] = {
-            m.name: (mean if m.kind == "rate" else m.aggregate) for m in METRICS}
+            m.name: (_null if m.paired and not self._paired else mean if m.kind == "rate" else _defined(m.aggregate))
+            for m in METRICS}
+        aggs.update(fidelity_pass=_null, fidelity_decided=self._decided if adapter else _null, cases_scored=len)
         aggs[self.record_key] = self._finish
         aggs["json_valid_z"] = self._z
         return aggs
 
     def higher_is_better(self) -> dict[str, bool]:
-        return {**{m.name: m.higher_is_better for m in METRICS}, "fidelity_pass": True, "cases_scored": True,
-                "json_valid_z": True}
+        """What a leaderboard sorts by: every metric whose direction means better. Left out where neither does
+        (:data:`~lm_eval_toolfid.scoring.metrics.NO_DIRECTION`: p-values, counts, flags)."""
+        if self._predict_only:
+            return {"bypass": True}
+        return {**higher_is_better_map(), "fidelity_pass": True, "json_valid_z": True}
+
+
+def _defined(aggregate: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+    """A custom aggregation over the cases in its denominator (the items that are not null); null when none is."""
+    def over_defined(items: list[Any]) -> Any:
+        defined = [i for i in items if i is not None]
+        return aggregate(defined) if defined else None
+    return over_defined
+
+
+def _null(items: list[Any]) -> None:
+    """The aggregate of a column that has no value in this run (an adapter-run metric in a base run)."""
+    return None
