@@ -158,6 +158,40 @@ def _fit_problem(adapter_shapes: dict[str, list[int]], config: dict[str, Any],
     return None
 
 
+def first_non_finite(path: Path) -> str | None:
+    """The name of the first tensor of a safetensors file with a NaN or an infinite value; None when all are finite
+    (integer tensors always are). Reads the tensors one at a time."""
+    import torch
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            for name in fh.keys():
+                tensor = fh.get_tensor(name)
+                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                    return name
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ToolfidError(f"{path}: cannot read the weights ({exc}); re-save the adapter") from None
+    return None
+
+
+PROMPT_LEARNING = {"PREFIX_TUNING", "P_TUNING", "PROMPT_TUNING", "MULTITASK_PROMPT_TUNING", "ADAPTION_PROMPT", "CPT"}
+"""PEFT types that add virtual tokens or prompt modules instead of weights: ``toolfid run``'s engine (which feeds the
+prompt's tokens and a KV cache of its own) cannot run them; PEFT's own ``generate`` can (``lm_eval --model hf
+--model_args peft=``)."""
+
+
+def check_engine_adapter(adapter: str | Path) -> None:
+    """An adapter ``toolfid run``'s engine cannot evaluate is one line naming what it has and what can run it."""
+    path = Path(adapter).expanduser()
+    config = read_json_object(path / "adapter_config.json", "adapter config")
+    peft_type = str(config.get("peft_type", "")).upper()
+    if peft_type in PROMPT_LEARNING:
+        raise ToolfidError(f"adapter {path} is {peft_type.lower().replace('_', ' ')} (virtual prompt tokens, not "
+                           "weights): toolfid run's engine cannot evaluate it; run it with lm_eval --model hf "
+                           "--model_args pretrained=BASE,peft=ADAPTER (PEFT's own generate), the base the same way")
+
+
 def check_adapter(adapter: str | Path, base: str | Path | None = None) -> None:
     """A missing, broken or ill-fitting adapter is a one-line :class:`ToolfidError`.
 
@@ -184,6 +218,12 @@ def check_adapter(adapter: str | Path, base: str | Path | None = None) -> None:
         raise ToolfidError(f"{path}: no adapter weights ({SAFETENSORS})")
     if not shapes:
         raise ToolfidError(f"{path / SAFETENSORS}: holds no tensors; re-save the adapter")
+    if (path / SAFETENSORS).is_file():
+        bad = first_non_finite(path / SAFETENSORS)
+        if bad is not None:
+            raise ToolfidError(f"adapter {path}: tensor {bad} holds NaN or infinite values (a diverged training "
+                               "run?); such weights give no answer worth scoring and would poison other adapters' "
+                               "rows of a batch: use a checkpoint before the divergence")
     if base is None:
         return
     base_dir = Path(base).expanduser()

@@ -9,7 +9,7 @@ import sys
 from typing import Any, Iterator
 
 from lm_eval_toolfid.cases.bundled import tasks_path
-from lm_eval_toolfid.core.errors import EXIT_INPUT
+from lm_eval_toolfid.core.errors import EXIT_INPUT, ToolfidError
 
 
 def _check_model_args(argv: list[str]) -> None:
@@ -161,6 +161,25 @@ def _toolfid_tasks_only() -> Iterator[None]:
         lm_eval.tasks.TaskManager = original
 
 
+def _check_limit(argv: list[str]) -> None:
+    """``--limit`` (``-L``) selects at least one case: lm-eval takes a count >= 1 or a fraction in (0, 1); 0, a
+    negative number or a word is one line, exit 4 (lm-eval itself would end in "did not find any docs")."""
+    for i, arg in enumerate(argv):
+        if arg in ("--limit", "-L") and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--limit="):
+            value = arg.split("=", 1)[1]
+        else:
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not number > 0:
+            raise ToolfidError(f"--limit {value} selects no case: give a number of cases (>= 1) or a fraction in "
+                               "(0, 1), or drop --limit for every case")
+
+
 def cmd_lm_eval(args: argparse.Namespace) -> int:
     from lm_eval.__main__ import cli_evaluate
 
@@ -168,6 +187,7 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
         print(what_toolfid_adds(), flush=True)
     argv = _hide_api_key(_use_toolfid_model(list(args.lm_eval_args)))
     _check_model_args(argv)
+    _check_limit(argv)
     ours_only = False
     if "--include_path" not in argv and "--include-path" not in argv:
         argv += ["--include_path", str(tasks_path())]

@@ -6,6 +6,7 @@ command runs under, and :data:`EXIT_CODES`: the one table of every exit code any
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from typing import Any, Callable
 
@@ -136,6 +137,29 @@ def _raised_in_hub(exc: BaseException) -> bool:
     return False
 
 
+def disk_full(exc: BaseException) -> str | None:
+    """One line for a write that found no space (``ENOSPC``, or a quota: ``EDQUOT``) anywhere in ``exc``'s chain,
+    naming the file and its folder's free space; None for any other error."""
+    import errno
+    import shutil
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+            where = exc.filename or "the output"
+            free = ""
+            if exc.filename:
+                folder = os.path.dirname(os.path.abspath(str(exc.filename)))
+                with contextlib.suppress(OSError):
+                    free = f" ({shutil.disk_usage(folder).free // 2**20} MiB free in {folder})"
+            return (f"no space left writing {where}{free}: free some space (a view's samples take about as much "
+                    "as its cases' answers, a base reference the same) and run the same command with --resume; "
+                    "nothing half-written is kept")
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return None
+
+
 def guard(func: Callable[..., int | None], *args: Any, debug: bool = False) -> int:
     """Run a CLI command; turn what it raises into a one-line message and an exit code.
 
@@ -143,12 +167,19 @@ def guard(func: Callable[..., int | None], *args: Any, debug: bool = False) -> i
     ``KeyboardInterrupt`` → exit 130; the Hugging Face hub failing to give a model (:func:`hub_problem`) → one line
     with what to do, exit 4;
     anything else → ``toolfid: internal error: <Type>: <msg> (rerun with --debug ...)``, exit 5.
-    With ``debug=True`` exceptions propagate (full traceback). ``SystemExit`` always passes through.
+    With ``debug=True`` exceptions propagate (full traceback). ``SystemExit`` passes through, but for the task's
+    one-line errors raised inside lm-eval (they carry ``toolfid_exit_code``): printed, and their code returned (an
+    input error is 4, never the 1 that ``--gate`` gives a failed adapter).
     """
     try:
         rc = func(*args)
-    except SystemExit:
-        raise
+    except SystemExit as exc:
+        code = getattr(exc, "toolfid_exit_code", None)
+        if code is None or debug:
+            raise
+        # the task's one-line error, raised inside lm-eval (toolfid run's views): its own code, never exit 1
+        print(f"toolfid: error: {one_line(str(exc.code))}", file=sys.stderr)
+        return int(code)
     except BrokenPipeError:  # `toolfid ... | head`: the reader left; stop quietly, as Unix tools do
         import os
 
@@ -166,6 +197,10 @@ def guard(func: Callable[..., int | None], *args: Any, debug: bool = False) -> i
             return EXIT_INTERRUPTED
         if not isinstance(exc, Exception):  # GeneratorExit and the like: not ours to swallow
             raise
+        full = disk_full(exc)
+        if full is not None:  # the environment's problem, not a bug: what to do, and nothing half-written is kept
+            print(f"toolfid: error: {full}", file=sys.stderr)
+            return EXIT_INPUT
         hub = hub_problem(exc)
         if hub is not None:  # a user's or the network's problem, not a bug
             print(f"toolfid: error: {hub}", file=sys.stderr)

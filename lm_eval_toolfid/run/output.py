@@ -10,6 +10,7 @@ import json
 import os
 import re
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -18,7 +19,11 @@ from lm_eval_toolfid.core.errors import ToolfidError
 
 LOCK_FILE = ".toolfid.lock"
 """In ``--output``: who writes this folder now (pid, host, start time), locked while that run lasts."""
-RESERVED_LABELS = ("base", "base-again")
+RESERVED_LABELS = ("base", "base-again", "default", "__base__")
+"""The base's views, and the names PEFT and the engine use internally (PEFT's first adapter is ``default``); compared
+case-insensitively (``Base`` is ``base/`` on a case-insensitive filesystem)."""
+NAME_MAX = 255
+"""The longest file name most filesystems take, in bytes: a label is a folder name, and its samples' names add to it."""
 _LABEL = re.compile(r"[^\W_]([\w .-]*[\w.-])?")
 """A label: letters, digits, ``_``, ``.``, ``-`` and spaces; it starts with a letter or digit (never ``.``: no
 ``..``, no hidden folder such as the served journal's ``.served``) and ends without a space."""
@@ -30,13 +35,18 @@ def check_label(label: str) -> str:
         raise ToolfidError(f"adapter label {label!r} is not a name: a label is one folder name inside --output "
                            "(letters, digits, '.', '_', '-' and spaces, starting with a letter or digit); name the "
                            "adapter: --adapter NAME=PATH")
+    size = len(label.encode("utf-8"))
+    if size > NAME_MAX - len(".tmp") - 16:  # the store's temporary names add a suffix to the folder's files
+        raise ToolfidError(f"adapter label {label[:40]!r}… is {size} bytes: a label is a folder name and must fit the "
+                           f"filesystem's {NAME_MAX}-byte limit with room for the store's files (at most "
+                           f"{NAME_MAX - len('.tmp') - 16}); name the adapter: --adapter NAME=PATH")
     return label
 
 
 def check_labels(labels: Iterable[str]) -> None:
     for label in labels:
         check_label(label)
-        if label in RESERVED_LABELS:
+        if label.casefold() in RESERVED_LABELS:
             raise ToolfidError(f"adapter label {label!r} is reserved (the base's views); name the adapter: "
                                "--adapter NAME=PATH")
 
@@ -69,7 +79,8 @@ def make_output(out_dir: Path) -> Path:
 
 def _holder(handle: object) -> str:
     try:
-        info = json.loads(Path(getattr(handle, "name")).read_text(encoding="utf-8") or "{}")
+        handle.seek(0)  # type: ignore[attr-defined]
+        info = json.loads(handle.read() or "{}")  # type: ignore[attr-defined]
     except (OSError, ValueError):
         info = {}
     if not isinstance(info, dict) or "pid" not in info:
@@ -88,7 +99,16 @@ def output_lock(out_dir: Path) -> Iterator[None]:
         yield
         return
     path = make_output(out_dir) / LOCK_FILE
-    with open(path, "a+", encoding="utf-8") as handle:
+    try:  # never through a link: the lock's JSON must not land outside --output
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        what = "a link" if path.is_symlink() else "a folder" if path.is_dir() else f"not openable ({exc.strerror})"
+        raise ToolfidError(f"--output {out_dir}: its lock file {path} is {what}; remove it (toolfid makes it a plain "
+                           "file) and run again") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ToolfidError(f"--output {out_dir}: its lock file {path} is not a plain file; remove it and run again")
+    with open(fd, "a+", encoding="utf-8") as handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
-from lm_eval_toolfid.calibration.adapters import check_adapter
+from lm_eval_toolfid.calibration.adapters import check_adapter, check_engine_adapter
 from lm_eval_toolfid.core.errors import REVISION_HINT, ToolfidError, offline, one_line
 from lm_eval_toolfid.core.flags import parse_flag
 from lm_eval_toolfid.reporting.view_store import ViewResult
@@ -250,3 +250,4 @@ def verify_setting(value: Any) -> bool | None:
 def check_adapters(adapters: Iterable[str], base: str) -> None:
     for path in adapters:
         check_adapter(path, base)
+        check_engine_adapter(path)

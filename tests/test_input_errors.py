@@ -1,0 +1,135 @@
+"""Input and environment errors are exit 4 in one line, never exit 1 (what ``--gate`` gives a failed adapter) or
+exit 5 (a bug): the task's errors raised inside lm-eval, a lock file that is a link or a folder, labels that do not
+fit the filesystem or name what PEFT uses itself, ``--limit 0``, a full disk."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from lm_eval_toolfid.cases.bundled import fixture_paths
+from lm_eval_toolfid.core.errors import EXIT_INPUT, ToolfidError, disk_full, guard
+from lm_eval_toolfid.run.output import LOCK_FILE, check_labels, output_lock
+
+from .lm_eval_helpers import toolfid_here
+
+FIX = fixture_paths()
+
+
+def test_the_tasks_one_line_errors_keep_their_exit_code(capsys) -> None:
+    """``toolfid run`` runs its views through lm-eval, where the task ends a bad run with ``SystemExit(str)``: the
+    guard prints it and returns its code (4), where Python would exit 1."""
+    def task_error() -> int:
+        out = SystemExit("tool_use_fidelity: bad task setting demos: Input should be less than or equal to 8")
+        out.toolfid_exit_code = EXIT_INPUT  # type: ignore[attr-defined]
+        raise out
+
+    assert guard(task_error) == EXIT_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("toolfid: error: tool_use_fidelity: bad task setting demos")
+    with pytest.raises(SystemExit):  # any other SystemExit passes through
+        guard(lambda: (_ for _ in ()).throw(SystemExit(3)))
+
+
+def test_a_bad_task_setting_in_toolfid_run_is_exit_4(tmp_path) -> None:
+    proc = toolfid_here(["run", "--base", FIX["base"], "--adapter", f"a={FIX['adapters']['faithful']}", "--demos",
+                         "500", "--limit", "2", "--output", tmp_path / "out"], tmp_path / "home")
+    assert proc.returncode == EXIT_INPUT, proc.stderr[-2000:]
+    assert "demos" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_lock_is_never_written_through_a_link_or_into_a_folder(tmp_path) -> None:
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK_FILE).symlink_to(outside)
+    with pytest.raises(ToolfidError, match="lock file .* is a link; remove it"):
+        with output_lock(out):
+            pass
+    assert outside.read_text() == "keep me"
+    (out / LOCK_FILE).unlink()
+    (out / LOCK_FILE).mkdir()
+    with pytest.raises(ToolfidError, match="is a folder; remove it"):
+        with output_lock(out):
+            pass
+    (out / LOCK_FILE).rmdir()
+    with output_lock(out):  # a plain file: held, and it says who holds it
+        assert '"pid"' in (out / LOCK_FILE).read_text()
+
+
+@pytest.mark.parametrize("label,why", [("a" * 256, "bytes"), ("é" * 120, "bytes"), ("Base", "reserved"),
+                                       ("DEFAULT", "reserved"), ("__base__", "not a name|reserved")])
+def test_labels_that_do_not_fit_or_are_taken_are_refused(label, why) -> None:
+    with pytest.raises(ToolfidError, match=why):
+        check_labels([label])
+
+
+def test_a_label_at_the_limit_is_a_name() -> None:
+    check_labels(["a" * 235])
+
+
+@pytest.mark.parametrize("limit", ["0", "-3", "none"])
+def test_lm_eval_limit_that_selects_nothing_is_exit_4(tmp_path, limit) -> None:
+    proc = toolfid_here(["lm-eval", "--tasks", "tool_use_fidelity_fixture", "--model", "hf", "--model_args",
+                         f"pretrained={FIX['base']}", "--limit", limit, "--output_path", tmp_path], tmp_path)
+    assert proc.returncode == EXIT_INPUT and "selects no case" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_exit_4(tmp_path, capsys) -> None:
+    path = tmp_path / "out" / "samples.jsonl"
+
+    def write() -> int:
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        except OSError as exc:
+            raise RuntimeError("while saving the view") from exc
+
+    assert guard(write) == EXIT_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no space left writing {path}" in err and "--resume" in err
+    assert disk_full(ValueError("x")) is None
+
+
+def _nan_adapter(tmp_path):
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    adapter = tmp_path / "nan"
+    shutil.copytree(FIX["adapters"]["faithful"], adapter)
+    weights = load_file(str(adapter / "adapter_model.safetensors"))
+    name = sorted(weights)[3]
+    weights[name] = weights[name].clone()
+    weights[name].view(-1)[0] = float("nan")
+    save_file(weights, str(adapter / "adapter_model.safetensors"))
+    return adapter, name
+
+
+def test_an_adapter_with_non_finite_weights_is_refused_naming_the_tensor(tmp_path) -> None:
+    adapter, name = _nan_adapter(tmp_path)
+    for args in (["run", "--base", FIX["base"], "--adapter", f"nan={adapter}", "--output", tmp_path / "out"],
+                 ["lm-eval", "--tasks", "tool_use_fidelity_fixture", "--model", "hf", "--model_args",
+                  f"pretrained={FIX['base']},peft={adapter}", "--output_path", tmp_path / "lm"]):
+        proc = toolfid_here(args, tmp_path / "home")
+        assert proc.returncode == EXIT_INPUT, proc.stderr[-2000:]
+        assert f"tensor {name} holds NaN or infinite values" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_prefix_tuning_adapter_is_refused_by_the_engine_in_one_line(tmp_path) -> None:
+    """PEFT loads a prefix-tuning adapter and generates with it; toolfid run's engine cannot: exit 4 before loading,
+    naming what runs it."""
+    from peft import PrefixTuningConfig, TaskType, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(FIX["base"]),
+                           PrefixTuningConfig(task_type=TaskType.CAUSAL_LM, num_virtual_tokens=4))
+    model.save_pretrained(tmp_path / "prefix")
+    proc = toolfid_here(["run", "--base", FIX["base"], "--adapter", f"p={tmp_path / 'prefix'}", "--output",
+                         tmp_path / "out"], tmp_path / "home")
+    assert proc.returncode == EXIT_INPUT, proc.stderr[-2000:]
+    assert "prefix tuning" in proc.stderr and "lm_eval --model hf" in proc.stderr
+    assert "loading" not in proc.stderr  # refused before the model loads
