@@ -33,9 +33,10 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_UNDECIDED, "an adapter's verdict is undecided and none failed (toolfid run --gate, toolfid gate)"),
     (EXIT_STOP_CHECK, "toolfid run --check-stops: a case scores differently without the early stop "
                       "(the run's numbers are not trusted; please report it)"),
-    (EXIT_INPUT, "input error: a bad option, file, model or adapter, a model the hub cannot give "
-                 "(offline, unreachable, unknown), a case too long for the model's context, an --output another run "
-                 "is writing; one line says what to do"),
+    (EXIT_INPUT, "input error: a bad option, setting, file, model or adapter (an adapter the engine cannot run, "
+                 "non-finite weights), a model the hub cannot give (offline, unreachable, unknown), a case too long "
+                 "for the model's context, an --output another run is writing, a full disk; one line says what to "
+                 "do"),
     (EXIT_INTERNAL, "internal error (a bug): one line; --debug shows the traceback"),
     (EXIT_SERVER, "toolfid run --server: the model server failed past its retries (a failed request is not an "
                   "answer: its view gets no metrics and no verdict); finished views are kept, --resume asks only "

@@ -83,16 +83,30 @@ def lm_eval_sample_line(sample: dict[str, Any]) -> str:
     return json.dumps(out, default=handle_non_serializable, ensure_ascii=False) + "\n"
 
 
+FILES = "files"
+"""The manifest's record of the view's files as saved (sha256 of each): ``--resume`` reuses a view only when its files
+are still those bytes."""
+SAVED_FILES = ("results.json", "samples.jsonl")
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
 def save_view(view: ViewResult, out_dir: Path, manifest: dict[str, Any] | None = None) -> Path:
     """Write a view's results and samples at once, so nothing is lost if a later view fails.
 
-    The manifest is written last: a view folder with a manifest is complete.
+    The manifest is written last, with the digests of both files: a view folder with a manifest is complete, and
+    ``--resume`` can tell a file damaged or replaced since.
     """
     folder = view_folder(out_dir, view.label)
     atomic_write_text(folder / "samples.jsonl", "".join(lm_eval_sample_line(sample) for sample in view.samples))
     atomic_write_json(folder / "results.json", view.results)
     if manifest is not None:
-        atomic_write_json(folder / MANIFEST, manifest)
+        atomic_write_json(folder / MANIFEST, {**manifest, FILES: {name: _digest(folder / name) for name in SAVED_FILES}})
     return folder / "results.json"
 
 
@@ -107,28 +121,77 @@ def view_folder(out_dir: Path, label: str) -> Path:
 
 
 def read_manifest(out_dir: Path, label: str) -> dict[str, Any] | None:
-    """The manifest saved in ``out_dir/label``, or None (no view saved there, or not readable)."""
+    """The manifest saved in ``out_dir/label`` (without its file digests), or None (no view saved there, or not
+    readable)."""
     try:
         saved = json.loads((out_dir / label / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return saved if isinstance(saved, dict) else None
+    return {k: v for k, v in saved.items() if k != FILES} if isinstance(saved, dict) else None
+
+
+def saved_files_problem(folder: Path, results: dict[str, Any], digests: Any) -> str | None:
+    """Why the view saved in ``folder`` cannot be trusted (None: its files are as saved and agree): each file still
+    has the digest the manifest recorded, the samples parse, one per case, as many as the results counted."""
+    if not isinstance(digests, dict) or set(digests) != set(SAVED_FILES):
+        return "its manifest records no digests of its files (saved by an older version)"
+    for name in SAVED_FILES:
+        try:
+            if _digest(folder / name) != digests[name]:
+                return f"its {name} is not the file that was saved (damaged or replaced)"
+        except OSError as exc:
+            return f"its {name} cannot be read ({exc.strerror or exc})"
+    ids = []
+    try:
+        for line in (folder / "samples.jsonl").read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                ids.append(str((json.loads(line).get("doc") or {}).get("id")))
+    except (OSError, ValueError, AttributeError):
+        return "its samples.jsonl does not parse"
+    counted = [int(n.get("effective", -1)) for n in (results.get("n-samples") or {}).values() if isinstance(n, dict)]
+    if len(set(ids)) != len(ids) or (counted and len(ids) != counted[0]) or not ids:
+        return f"its samples.jsonl holds {len(ids)} cases ({len(set(ids))} distinct) where its results count " \
+               f"{counted[0] if counted else '?'}"
+    return None
 
 
 def load_saved_view(out_dir: Path, label: str, manifest: dict[str, Any]) -> ViewResult | None:
-    """A finished view from an earlier run with the same manifest, else None (it must be run again)."""
+    """A finished view from an earlier run with the same manifest, whose files are as saved, else None (it must be
+    run again: :func:`why_not_reused` says why)."""
+    return None if why_not_reused(out_dir, label, manifest) else ViewResult(
+        label=label, adapter=manifest.get("adapter"), results=json.loads((out_dir / label / "results.json").read_text(
+            encoding="utf-8")), path=out_dir / label / "results.json")
+
+
+def why_not_reused(out_dir: Path, label: str, manifest: dict[str, Any]) -> str | None:
+    """Why the view saved in ``out_dir/label`` is not reused with ``manifest`` (None: it is): no view saved, other
+    settings, damaged files, or (a base view) a base reference that is gone or damaged."""
+    from lm_eval_toolfid.pairing.references import read_reference
+
     folder = out_dir / label
     try:
         saved = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "no complete view saved"
+    if not isinstance(saved, dict) or {k: v for k, v in saved.items() if k != FILES} != manifest:
+        return "its settings differ"
+    try:
         results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    if saved != manifest or not isinstance(results, dict) or not (folder / "samples.jsonl").is_file():
-        return None
+        results = None
+    problem = saved_files_problem(folder, results if isinstance(results, dict) else {}, saved.get(FILES))
+    if problem is None and not isinstance(results, dict):
+        problem = "its results.json does not parse"
+    if problem:
+        return problem
     if manifest.get("adapter") is None:  # adapter views pair with the reference this base view stored
         written = None
         for cfg in (results.get("configs") or {}).values():
             written = ((cfg or {}).get("metadata") or {}).get("toolfid", {}).get("reference_written") or written
         if not written or not Path(written).is_file():
-            return None
-    return ViewResult(label=label, adapter=manifest.get("adapter"), results=results, path=folder / "results.json")
+            return "the base reference it wrote is gone"
+        try:
+            read_reference(Path(written))
+        except ToolfidError:
+            return f"the base reference it wrote ({written}) is damaged"
+    return None

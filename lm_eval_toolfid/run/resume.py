@@ -13,7 +13,8 @@ from typing import Any, Dict, Tuple
 
 from lm_eval_toolfid.cases.bundled import tasks_path
 from lm_eval_toolfid.core.errors import ToolfidError
-from lm_eval_toolfid.reporting.view_store import MANIFEST, ViewResult, load_saved_view, read_manifest, view_manifest
+from lm_eval_toolfid.reporting.view_store import (MANIFEST, ViewResult, load_saved_view, read_manifest, view_manifest,
+                                                   why_not_reused)
 from lm_eval_toolfid.run.plan import RunPlan, View
 
 CHANGES = (("cases_digest", "the cases"), ("limit", "--limit"), ("task", "the task"),
@@ -102,13 +103,17 @@ def saved_views(plan: RunPlan, made_from: MadeFrom, progress: Any = None) -> dic
     views = [plan.base_view(), *plan.adapter_views()]
     for view in views:
         manifest = view_manifest_of(plan, view, made_from)
-        found = load_saved_view(plan.out_dir, view.label, manifest)
-        if found is not None:
-            done[view.label] = found
-            continue
+        why = why_not_reused(plan.out_dir, view.label, manifest)
+        if why is None:
+            found = load_saved_view(plan.out_dir, view.label, manifest)
+            if found is not None:
+                done[view.label] = found
+                continue
         saved = read_manifest(plan.out_dir, view.label)
-        if saved is not None:
+        if saved is not None and saved != manifest:
             changed[view.label] = f"{what_changed(saved, manifest)} changed since it was saved"
+        elif saved is not None:
+            changed[view.label] = str(why)
     if "base" in changed:  # the folder's other views were compared with the base view about to be replaced
         ours = {view.label for view in views}
         strays = sorted(p.parent.name for p in plan.out_dir.glob(f"*/{MANIFEST}") if p.parent.name not in ours)
