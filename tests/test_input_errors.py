@@ -133,3 +133,53 @@ def test_a_prefix_tuning_adapter_is_refused_by_the_engine_in_one_line(tmp_path) 
     assert proc.returncode == EXIT_INPUT, proc.stderr[-2000:]
     assert "prefix tuning" in proc.stderr and "lm_eval --model hf" in proc.stderr
     assert "loading" not in proc.stderr  # refused before the model loads
+
+
+def _tiny_base(tmp_path, **overrides):
+    """A tiny random Qwen2 (attention biases, embeddings untied) with the fixture's tokenizer: a base of another
+    shape than the fixture's, made in a second."""
+    import shutil
+
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=512, tie_word_embeddings=False, **overrides)
+    base = tmp_path / "qwen-tiny"
+    Qwen2ForCausalLM(config).save_pretrained(base)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (FIX_BASE := __import__("pathlib").Path(FIX["base"]) / name).is_file():
+            shutil.copy(FIX_BASE, base / name)
+    return base
+
+
+def _lora(base, out, **config):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], **config))
+    model.save_pretrained(out)
+    return out
+
+
+def test_an_adapter_that_rewrites_the_base_or_needs_its_own_modules_is_refused_up_front(tmp_path) -> None:
+    """PEFT writes a ``bias="all"`` adapter's biases into the base's own layers (the base view would not be the base);
+    ``modules_to_save`` on tied embeddings cannot be evaluated as saved; ``modules_to_save`` beside other views is
+    not applied to its rows: each is exit 4 before loading, in one line naming the adapter and what it has."""
+    qwen = _tiny_base(tmp_path)
+    cases = [
+        (qwen, _lora(qwen, tmp_path / "bias", bias="all"), [], "trains the base's own biases"),
+        (FIX["base"], _lora(FIX["base"], tmp_path / "saved_tied", modules_to_save=["lm_head"]), ["--views-together", "1"],
+         "tied"),
+        (qwen, _lora(qwen, tmp_path / "saved", modules_to_save=["lm_head"]), [], "--views-together 1"),
+    ]
+    for base, adapter, extra, why in cases:
+        proc = toolfid_here(["run", "--base", base, "--adapter", f"a={adapter}", "--output", tmp_path / "out",
+                             *extra], tmp_path / "home")
+        assert proc.returncode == EXIT_INPUT, (why, proc.stderr[-2000:])
+        assert why in proc.stderr and str(adapter) in proc.stderr and "loading" not in proc.stderr, proc.stderr
+    # a LoRA whose base has no biases to train saves none: nothing is written into the base, and it runs
+    from lm_eval_toolfid.calibration.adapters import check_engine_adapter
+
+    check_engine_adapter(_lora(FIX["base"], tmp_path / "bias_none_there", bias="all"), FIX["base"])
+    check_engine_adapter(tmp_path / "saved", qwen, alone=True)  # alone: its own modules apply to its rows

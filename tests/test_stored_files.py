@@ -105,3 +105,18 @@ def test_saved_files_problem_names_each_damage(tmp_path, content, why) -> None:
     if content is not None:
         (tmp_path / "samples.jsonl").write_bytes(content)
     assert why in str(saved_files_problem(tmp_path, {}, digests if content is not None else None))
+
+
+def test_resume_runs_the_checks_it_is_asked_for(saved, tmp_path) -> None:
+    """``--check-stops`` or ``--no-prefix-cache`` added on ``--resume`` change what a view checks: the views are
+    computed again (the stop check runs), said in one line; the same command again reuses every view."""
+    root, out, home, answers = saved
+    work = tmp_path / "out"
+    shutil.copytree(out, work)
+    proc = _run(work, home, "--resume", "--check-stops", "2")
+    assert "base is computed again: the checks asked (--check-stops, --no-prefix-cache) changed" in proc.stderr
+    results = json.loads((work / "base" / "results.json").read_text())
+    assert next(iter(results["configs"].values()))["metadata"]["toolfid"]["stop_check"]["rows"] >= 1
+    assert _answers(work, "faithful") == answers["faithful"]
+    again = _run(work, home, "--resume", "--check-stops", "2")
+    assert "computed again" not in again.stderr and again.stderr.count("reusing") == 3

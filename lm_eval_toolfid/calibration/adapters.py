@@ -170,8 +170,8 @@ def first_non_finite(path: Path) -> str | None:
                 tensor = fh.get_tensor(name)
                 if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                     return name
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise ToolfidError(f"{path}: cannot read the weights ({exc}); re-save the adapter") from None
+    except Exception as exc:  # noqa: BLE001 - safetensors' own error type too: the file, not a bug
+        raise ToolfidError(f"the weights of {path} cannot be read ({type(exc).__name__}: {exc}); re-save it") from None
     return None
 
 
@@ -181,15 +181,58 @@ prompt's tokens and a KV cache of its own) cannot run them; PEFT's own ``generat
 --model_args peft=``)."""
 
 
-def check_engine_adapter(adapter: str | Path) -> None:
-    """An adapter ``toolfid run``'s engine cannot evaluate is one line naming what it has and what can run it."""
+LM_EVAL_INSTEAD = ("run it with lm_eval --model hf --model_args pretrained=BASE,peft=ADAPTER (PEFT's own generate, "
+                   "one model per process), the base in a run of its own")
+
+
+def _tied(base: str | Path | None) -> bool:
+    """The base ties its input embeddings and its lm_head (its config says so, or says nothing: the default)."""
+    if base is None or not (Path(base).expanduser() / "config.json").is_file():
+        return False
+    try:
+        config = json.loads((Path(base).expanduser() / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", True)))
+
+
+def check_engine_adapter(adapter: str | Path, base: str | Path | None = None, alone: bool = False) -> None:
+    """An adapter ``toolfid run`` cannot evaluate as the adapter given, beside the base and other adapters in one
+    process, is one line naming what it has and what can run it (exit 4, before any model loads):
+
+    - prompt learning (virtual tokens, not weights): the engine feeds the prompt's own tokens;
+    - trained biases of the base's layers (``bias="all"`` / ``"lora_only"`` with such tensors saved): PEFT writes them
+      into the base's own layers when it loads the adapter, so the base view and every other adapter would run on
+      weights that are not the base's;
+    - ``modules_to_save`` or trainable tokens on a base whose embeddings and lm_head are tied (PEFT unties them);
+    - ``modules_to_save`` or trainable tokens beside other views (``alone`` False): a shared batch runs those
+      modules' wrappers switched off for every row; ``--views-together 1`` runs each view alone.
+    """
     path = Path(adapter).expanduser()
     config = read_json_object(path / "adapter_config.json", "adapter config")
     peft_type = str(config.get("peft_type", "")).upper()
     if peft_type in PROMPT_LEARNING:
         raise ToolfidError(f"adapter {path} is {peft_type.lower().replace('_', ' ')} (virtual prompt tokens, not "
-                           "weights): toolfid run's engine cannot evaluate it; run it with lm_eval --model hf "
-                           "--model_args pretrained=BASE,peft=ADAPTER (PEFT's own generate), the base the same way")
+                           f"weights): toolfid run's engine cannot evaluate it; {LM_EVAL_INSTEAD}")
+    keys = list(safetensors_shapes(path / SAFETENSORS)) if (path / SAFETENSORS).is_file() else []
+    base_biases = [k for k in keys if k.endswith(".bias") and ".lora_" not in k and "modules_to_save" not in k]
+    if base_biases:
+        raise ToolfidError(f"adapter {path} trains the base's own biases (bias={config.get('bias')!r}: "
+                           f"{base_biases[0]}, {len(base_biases)} in all): PEFT writes them into the base's layers "
+                           f"when it loads the adapter, so the base view would not be the base; {LM_EVAL_INSTEAD}")
+    saved = [str(m) for m in (config.get("modules_to_save") or [])]
+    tokens = config.get("trainable_token_indices")
+    what = f"modules_to_save {saved}" if saved else "trainable tokens" if tokens else ""
+    if not what:
+        return
+    if _tied(base) and (tokens or any(m in ("lm_head", "embed_tokens", "wte", "embed_in", "embed_out") for m in saved)):
+        raise ToolfidError(f"adapter {path} has {what} on a base whose embeddings and lm_head are tied: toolfid "
+                           f"run cannot evaluate it as saved; {LM_EVAL_INSTEAD}")
+    if not alone:
+        raise ToolfidError(f"adapter {path} has {what}: whole modules of its own that a batch shared with other views "
+                           "would not apply to its rows; run with --views-together 1 (each view alone, the same "
+                           "answers as PEFT's), or " + LM_EVAL_INSTEAD.replace("run it", "evaluate it"))
 
 
 def check_adapter(adapter: str | Path, base: str | Path | None = None) -> None:

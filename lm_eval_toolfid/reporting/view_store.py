@@ -17,6 +17,8 @@ log = logging.getLogger("lm_eval.toolfid")
 
 
 MANIFEST = "manifest.json"
+CHECKS = ("check_stops", "prefix_cache")
+"""Settings that change what a view checks (not its answers); part of its manifest, named apart."""
 MANIFEST_FORMAT = "toolfid-view/1"
 
 @dataclass
@@ -56,12 +58,13 @@ def view_manifest(base: str, adapter: str | None, task: str, metadata: dict[str,
         "format": MANIFEST_FORMAT,
         "base": base, "base_fingerprint": fingerprint(base),
         "adapter": adapter, "adapter_fingerprint": fingerprint(adapter),
-        # prefix_cache changes how tokens are computed, not which, and check_stops only checks them: a view saved
-        # either way is reused; so is verify, except forced (true): in half precision a verified view's tokens can
-        # differ at near ties from the decoded ones every other setting gives (integrations/lm_eval/verify_policy.py)
+        # verify is left out except forced (true): in half precision a verified view's tokens can differ at near
+        # ties from the decoded ones every other setting gives (integrations/lm_eval/verify_policy.py); the checks a
+        # view ran (check_stops: its stop check; prefix_cache: which tokens were read from a shared prefix, counted
+        # as near ties) are kept apart, so a resume asking for other checks runs them
         "task": task, "settings": {k: v for k, v in metadata.items()
-                                   if k not in ("verify", "check_stops", "prefix_cache")
-                                   or (k == "verify" and v is True)},
+                                   if k not in ("verify", *CHECKS) or (k == "verify" and v is True)},
+        "checks": {k: metadata[k] for k in CHECKS if k in metadata},
         **({"limit": limit} if limit is not None else {}),
         "model_args": {k: v for k, v in (model_args or {}).items() if k != "pretrained"},
         "toolfid_version": __version__,

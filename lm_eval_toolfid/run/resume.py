@@ -19,6 +19,7 @@ from lm_eval_toolfid.run.plan import RunPlan, View
 
 CHANGES = (("cases_digest", "the cases"), ("limit", "--limit"), ("task", "the task"),
            ("task_config", "the task's file (prompt and generation settings)"), ("settings", "the settings"),
+           ("checks", "the checks asked (--check-stops, --no-prefix-cache)"),
            ("base", "the base"), ("base_fingerprint", "the base's weights"), ("adapter", "the adapter"),
            ("adapter_fingerprint", "the adapter's weights"), ("model_args", "the model args"),
            ("toolfid_version", "the toolfid version"))
@@ -83,6 +84,8 @@ def view_manifest_of(plan: RunPlan, view: View, made_from: MadeFrom) -> dict[str
     """The manifest ``view`` is saved with, and that ``--resume`` compares."""
     manifest_args, content = made_from
     manifest = view_manifest(plan.base, view.adapter, plan.task, dict(view.metadata), manifest_args, plan.limit)
+    if getattr(plan.models, "cuda_graphs", False):  # replayed decode steps: other kernels, near ties counted apart
+        manifest["checks"] = {**manifest.get("checks", {}), "cuda_graphs": True}
     return {**manifest, **content}
 
 

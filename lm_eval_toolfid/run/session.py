@@ -99,7 +99,7 @@ class ModelSession:
 
     def check(self, plan: RunPlan) -> None:
         """Every adapter of the plan must be an adapter of this base (before any view runs or is reused)."""
-        check_adapters(plan.adapters.values(), plan.base)
+        check_adapters(plan.adapters.values(), plan.base, alone=getattr(plan.models, "views_together", None) == 1)
 
     def load(self, adapters: Mapping[str, str]) -> ModelSession:
         """Load the base with the first adapter (peft name ``default``) and attach the others under their labels."""
@@ -247,7 +247,9 @@ def verify_setting(value: Any) -> bool | None:
     return parse_flag(value, "verify")
 
 
-def check_adapters(adapters: Iterable[str], base: str) -> None:
+def check_adapters(adapters: Iterable[str], base: str, alone: bool = False) -> None:
+    """Every adapter a usable PEFT folder that fits ``base``, and one the run can evaluate as given (``alone``: each
+    view runs by itself, ``--views-together 1``)."""
     for path in adapters:
         check_adapter(path, base)
-        check_engine_adapter(path)
+        check_engine_adapter(path, base, alone)
