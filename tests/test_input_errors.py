@@ -183,3 +183,15 @@ def test_an_adapter_that_rewrites_the_base_or_needs_its_own_modules_is_refused_u
 
     check_engine_adapter(_lora(FIX["base"], tmp_path / "bias_none_there", bias="all"), FIX["base"])
     check_engine_adapter(tmp_path / "saved", qwen, alone=True)  # alone: its own modules apply to its rows
+
+
+@pytest.mark.parametrize("text,cases", [("metadata:\n  cases: default\n", "default"),
+                                        ("metadata:\n  cases: x.jsonl  # the set of release 3\n", "x.jsonl"),
+                                        ('metadata:\n  cases: "my cases.jsonl"  # quoted\n', "my cases.jsonl"),
+                                        ("metadata:\n  cases: 'a#b.jsonl'\n", "a#b.jsonl"), ("task: t\n", None)])
+def test_a_task_yamls_cases_setting_is_read_with_a_comment_after_it(text, cases) -> None:
+    """``--resume`` keys a view by the digest of the cases its task's YAML names: a trailing comment there must not
+    hide them (edits to the case file would go unnoticed)."""
+    from lm_eval_toolfid.run.resume import yaml_cases
+
+    assert yaml_cases(text) == cases

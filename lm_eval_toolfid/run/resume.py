@@ -38,6 +38,16 @@ def task_file(task: str) -> Path | None:
     return None
 
 
+_YAML_CASES = re.compile(r"""^\s+cases:\s*(?:"([^"]*)"|'([^']*)'|([^\s#'"]+))\s*(?:\#.*)?$""", re.M)
+
+
+def yaml_cases(text: str) -> str | None:
+    """The ``cases:`` setting of a task's YAML text (its metadata), quoted or not, a trailing comment allowed; None
+    when it has none."""
+    found = _YAML_CASES.search(text)
+    return next((g for g in found.groups() if g is not None), None) if found else None
+
+
 def cases_digest(plan: RunPlan) -> str | None:
     """A digest of the cases the run's views score: the case file the settings name (else the task's own), its
     first ``--limit`` cases (lm-eval's ``--limit`` takes the first N docs, in file order), as written (a case edited
@@ -48,10 +58,9 @@ def cases_digest(plan: RunPlan) -> str | None:
     spec = plan.metadata.get("cases")
     if spec is None:
         path = task_file(plan.task)
-        found = re.search(r"^\s+cases:\s*(\S+)\s*$", path.read_text(encoding="utf-8"), re.M) if path else None
-        if found is None:
+        spec = yaml_cases(path.read_text(encoding="utf-8")) if path else None
+        if spec is None:
             return None
-        spec = found.group(1).strip("'\"")
     try:
         data = resolve_cases_path(spec).read_bytes()
     except (OSError, ValueError, ToolfidError):  # the task's own check says what is wrong, in one line
