@@ -195,3 +195,16 @@ def test_a_task_yamls_cases_setting_is_read_with_a_comment_after_it(text, cases)
     from lm_eval_toolfid.run.resume import yaml_cases
 
     assert yaml_cases(text) == cases
+
+
+def test_a_misspelt_task_setting_is_refused_not_ignored(tmp_path) -> None:
+    """``--metadata '{"validity_delta_flor": -0.1}'`` would leave the floor at its default and gate on it: a key
+    that is a near-miss of a task setting (and no model argument lm-eval knows) is exit 4, naming the setting."""
+    proc = toolfid_here(["lm-eval", "--tasks", "tool_use_fidelity_fixture", "--model", "hf", "--model_args",
+                         f"pretrained={FIX['base']}", "--metadata", '{"validity_delta_flor": -0.1}', "--limit", "2",
+                         "--output_path", tmp_path], tmp_path)
+    assert proc.returncode == EXIT_INPUT, proc.stderr[-2000:]
+    assert "did you mean 'validity_delta_floor'" in proc.stderr and "Traceback" not in proc.stderr
+    from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
+
+    assert TaskSettings.from_metadata({"revision": "main", "max_length": 9}).model_args  # model args pass

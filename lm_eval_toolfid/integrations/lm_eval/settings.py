@@ -25,6 +25,34 @@ OTHER_TASK_KEYS = {"reference_dir", "version", "toolfid", "config_source"}
 """Keys the task (or lm-eval's YAML) owns that are not model arguments."""
 
 
+def _model_arg_names() -> set[str]:
+    """The model arguments lm-eval's model classes take (their constructors' parameters), and the adapter keys."""
+    import inspect
+
+    from lm_eval_toolfid.pairing.identity import ADAPTER_KEYS, NON_IDENTITY_KEYS
+
+    names = set(ADAPTER_KEYS) | set(NON_IDENTITY_KEYS) | {"pretrained", "model", "dtype", "revision", "tokenizer",
+                                                          "base_url", "api", "tokenized_requests", "trust_remote_code"}
+    try:
+        from lm_eval.models.huggingface import HFLM
+
+        names |= set(inspect.signature(HFLM.__init__).parameters)
+    except Exception:  # noqa: BLE001 - an lm-eval without it: the fixed names above
+        pass
+    return names
+
+
+def misspelt_setting(key: str, settings: set[str]) -> str | None:
+    """The task setting ``key`` is a near-miss of (``validity_delta_flor``: ``validity_delta_floor``), unless ``key``
+    is a model argument lm-eval knows; None for any other key (a model argument)."""
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(settings), n=1, cutoff=0.85)
+    if not close or key in _model_arg_names():
+        return None
+    return close[0]
+
+
 class TaskSettings(BaseModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
@@ -88,6 +116,11 @@ class TaskSettings(BaseModel):
         known = {k: metadata[k] for k in SETTING_KEYS if metadata.get(k) is not None}
         task_keys = set(SETTING_KEYS) | OTHER_TASK_KEYS | set(VerdictConfig.model_fields)
         model_args = {k: v for k, v in metadata.items() if k not in task_keys}
+        for key in model_args:
+            meant = misspelt_setting(key, task_keys)
+            if meant:
+                raise ToolfidError(f"unknown task setting {key!r}: did you mean {meant!r}? (a setting misspelt would "
+                                   "be ignored, and the run judged with the default)")
         try:
             return cls(**known, verdict=VerdictConfig.from_metadata(metadata), model_args=model_args,
                        raw=dict(metadata))
