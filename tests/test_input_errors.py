@@ -208,3 +208,25 @@ def test_a_misspelt_task_setting_is_refused_not_ignored(tmp_path) -> None:
     from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
 
     assert TaskSettings.from_metadata({"revision": "main", "max_length": 9}).model_args  # model args pass
+
+
+def test_an_unwritable_reference_folder_is_named_with_what_to_do(tmp_path) -> None:
+    """A base run cannot store its reference in a folder that cannot be made (here: under a file); the adapter run's
+    UNDECIDED names the folder and what to do, not "run the base first" (it was run). The base run's side (its
+    results kept, one warning) is tests/test_lm_eval_cli.py's."""
+    from lm_eval_toolfid.cases.load import load_cases
+    from lm_eval_toolfid.integrations.lm_eval.fidelity_run import FidelityRun
+    from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
+    from lm_eval_toolfid.pairing.identity import RunKey
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    settings = TaskSettings.from_metadata({"pretrained": FIX["base"], "peft": FIX["adapters"]["faithful"],
+                                           "reference_dir": str(blocker / "refs")})
+    run = FidelityRun(settings, {c.id: c for c in load_cases("fixture")[:2]})
+    run.resolve(RunKey(base={"fingerprint": "f"}, case_set=run.case_set, prompt="p", generation={}), {})
+    assert "cannot be written" in run.provenance["pairing"] and "set reference_dir" in run.provenance["pairing"]
+    writable = FidelityRun(settings.model_copy(update={"raw": {"reference_dir": str(tmp_path / "refs")}}),
+                           {c.id: c for c in load_cases("fixture")[:2]})
+    writable.resolve(RunKey(base={"fingerprint": "f"}, case_set=run.case_set, prompt="p", generation={}), {})
+    assert "cannot be written" not in writable.provenance["pairing"]

@@ -34,6 +34,22 @@ from lm_eval_toolfid.scoring.verdict import NullComparison, Verdict, judge
 log = logging.getLogger("lm_eval.toolfid")
 
 
+def _unwritable(directory: Any) -> str | None:
+    """Why base runs cannot store references in ``directory`` (not writable by this user, or its nearest existing
+    parent not), in words with what to do; None when they can."""
+    from pathlib import Path
+
+    path = Path(directory)
+    for parent in [path, *path.parents]:
+        if parent.exists():
+            if parent.is_dir() and os.access(parent, os.W_OK | os.X_OK):
+                return None
+            return (f"the reference folder {path} cannot be written by this user, so no base run could store its "
+                    "answers there: set reference_dir (or TOOLFID_HOME) to a folder you can write, run the base "
+                    "there, then this adapter")
+    return None
+
+
 @dataclass(frozen=True)
 class Conclusion:
     """What a finished run concluded."""
@@ -147,8 +163,13 @@ class FidelityRun:
             demand = lora_settings_demand(s.model_args, self.task_names[0] if self.task_names else "tool_use_fidelity") \
                 if key is not None else None
             self.provenance["pairing"] = f"none: {why}" + (f"; {demand}" if demand else "")
+            unwritable = _unwritable(reference_dir(s.raw)) if key is not None and not demand else None
             if demand:  # vLLM LoRA settings are part of the base: say which base run pairs, in one line
                 log.warning("tool_use_fidelity: %s; reporting adapter metrics only (verdict UNDECIDED): %s", why, demand)
+            elif unwritable:  # the base run could not have stored its answers: the advice is the folder, not a rerun
+                self.provenance["pairing"] += f"; {unwritable}"
+                log.warning("tool_use_fidelity: %s; reporting adapter metrics only (verdict UNDECIDED): %s", why,
+                            unwritable)
             else:
                 log.warning("tool_use_fidelity: %s; reporting adapter metrics only (verdict UNDECIDED). Run the same "
                             "command without the adapter first, or pass --metadata '{\"base_samples\": PATH}'.", why)
