@@ -31,8 +31,8 @@ def _columns(results: dict, task: str = FIXTURE_TASK) -> dict[str, object]:
     return {k.split(",")[0]: v for k, v in results["results"][task].items() if "," in k and "_stderr" not in k}
 
 
-LIMIT = ["--limit", "24"]
-N = 24
+LIMIT = ["--limit", "12"]
+N = 12
 
 
 def _run(root: Path, name: str, model_args: str, home: Path, extra: list[str] | None = None,
@@ -44,7 +44,7 @@ def _run(root: Path, name: str, model_args: str, home: Path, extra: list[str] | 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The runs a leaderboard script makes with these flags (24 cases each), paid once for the module:
+    """The runs a leaderboard script makes with these flags (12 cases each), paid once for the module:
 
     - ``home``: the base with ``--use_cache shared`` (fresh answers: it writes its reference), the hallucinating
       adapter with the same cache path, the faithful and hallucinating adapters with no cache / a cache of their own
