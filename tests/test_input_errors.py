@@ -38,6 +38,7 @@ def test_a_bad_task_setting_in_toolfid_run_is_exit_4(tmp_path) -> None:
                          "500", "--limit", "2", "--output", tmp_path / "out"], tmp_path / "home")
     assert proc.returncode == EXIT_INPUT, proc.stderr[-2000:]
     assert "demos" in proc.stderr and "Traceback" not in proc.stderr
+    assert "loading" not in proc.stderr  # known from the arguments: refused before the model loads
 
 
 def test_the_lock_is_never_written_through_a_link_or_into_a_folder(tmp_path) -> None:

@@ -109,6 +109,10 @@ def plan_command(args: argparse.Namespace) -> RunCommand:
         from lm_eval_toolfid.cases.load import load_cases
 
         load_cases(metadata["cases"])
+    from lm_eval_toolfid.integrations.lm_eval.settings import TaskSettings
+
+    # the task's settings as the task will read them (types, ranges, misspelt keys): before any model loads
+    TaskSettings.from_metadata({"pretrained": args.base, **metadata})
     check_output(out)  # a folder (or one that can be made), writable: before any model loads
     return RunCommand(plan=plan, report=report, gate=args.gate, junit=args.junit, check_stops=args.check_stops,
                       argv=tuple(getattr(args, "argv", []) or []))

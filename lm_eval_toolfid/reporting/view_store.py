@@ -151,7 +151,10 @@ def saved_files_problem(folder: Path, results: dict[str, Any], digests: Any) -> 
                 ids.append(str((json.loads(line).get("doc") or {}).get("id")))
     except (OSError, ValueError, AttributeError):
         return "its samples.jsonl does not parse"
-    counted = [int(n.get("effective", -1)) for n in (results.get("n-samples") or {}).values() if isinstance(n, dict)]
+    # the cases the task scored (its own count: lm-eval's n-samples "effective" is the last metric's count in 0.4.12)
+    counted = [int(((cfg or {}).get("metadata") or {}).get("toolfid", {}).get("n_cases", -1))
+               for cfg in (results.get("configs") or {}).values()
+               if isinstance(((cfg or {}).get("metadata") or {}).get("toolfid", {}).get("n_cases"), int)]
     if len(set(ids)) != len(ids) or (counted and len(ids) != counted[0]) or not ids:
         return f"its samples.jsonl holds {len(ids)} cases ({len(set(ids))} distinct) where its results count " \
                f"{counted[0] if counted else '?'}"
