@@ -129,7 +129,9 @@ class Fake:
             choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if what else finish}
         else:
             choice = {"index": 0, "text": text, "finish_reason": finish}
-        return 200, json.dumps({"object": "x", "choices": [choice], "usage": {"completion_tokens": 7}}).encode()
+        named = "another-model" if what == "other_model" else body.get("model")  # servers name the model that answered
+        return 200, json.dumps({"object": "x", "model": named, "choices": [choice],
+                                "usage": {"completion_tokens": 7}}).encode()
 
     @staticmethod
     def _call(body: dict[str, Any]) -> dict[str, Any]:

@@ -488,3 +488,16 @@ def test_toolfid_lm_eval_with_only_the_packages_tasks_leaves_lm_evals_own_uninde
     with _toolfid_tasks_only():
         assert set(lm_eval.tasks.TaskManager(include_path=str(tasks_path())).all_tasks) == \
             set(manager.TaskManager(include_path=str(tasks_path()), include_defaults=False).all_tasks)
+
+
+def test_a_response_naming_another_model_is_said_once(home: Path, tmp_path: Path) -> None:
+    """A server (or a gateway in front of it) that answers for another model than the one asked: the answers are
+    scored, and the run says once which model answered for which name."""
+    url, stop = serve(Fake(plan=lambda n, body: "other_model" if body.get("model") == "fake-ad" else None))
+    try:
+        code, _, err = _main(_run(url, tmp_path / "out", "--limit", "3"))
+    finally:
+        stop()
+    assert code in (0, 1, 2), err[-2000:]
+    assert err.count("answered requests for model 'fake-ad' as model 'another-model'") == 1, err[-2000:]
+    assert "as model 'fake-base'" not in err  # a server naming the model asked says nothing

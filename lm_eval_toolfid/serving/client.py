@@ -35,6 +35,9 @@ from lm_eval_toolfid.serving.connection import Connection, Secret
 from lm_eval_toolfid.serving.pacing import AdaptiveLimit, pause, retry_after_seconds
 
 log = logging.getLogger("lm_eval.toolfid")
+_NAMED_WARNED: set[tuple[str, str]] = set()
+"""(server, model asked) pairs already warned about answering as another model (once per process)."""
+_NAMED_LOCK = threading.Lock()
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 REFUSAL_STATUS = {429, 503}
@@ -239,10 +242,12 @@ class ServerClient:
                 status = response.status_code
                 if 200 <= status < 300:
                     try:
-                        answer = answer_of(response.json(), self.api)
+                        body = response.json()
+                        answer = answer_of(body, self.api)
                     except ValueError as exc:
                         last, status = f"malformed response: {conn.redact(one_line(str(exc)))[:160]}", None
                     else:
+                        self._check_named(body)
                         limit.answered()
                         return ServedAnswer(answer.text, answer.shape, answer.finish_reason, answer.parser_error,
                                             asked - 1, answer.tokens, refused=refusals)
@@ -280,6 +285,23 @@ class ServerClient:
             raise RequestFailed(last[:300])
         raise ServerError(f"server {self.origin} failed a request for {self.model!r} {failures} times "
                           f"(last: {last})")
+
+    def _check_named(self, body: Any) -> None:
+        """A response that names another model than the one asked (a gateway routing elsewhere, a server that serves
+        one model whatever the name): said once per model asked, as a warning; a dated snapshot of the name asked
+        (``gpt-4o`` answered as ``gpt-4o-2024-08-06``) or a revision of it (``transformers serve``: ``NAME@main``) is
+        the same model."""
+        named = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(named, str) or not named or named == self.model or \
+                named.startswith((f"{self.model}-", f"{self.model}@")):  # a dated snapshot, a revision of it
+            return
+        with _NAMED_LOCK:
+            if (self.origin, self.model) in _NAMED_WARNED:
+                return
+            _NAMED_WARNED.add((self.origin, self.model))
+        log.warning("tool_use_fidelity: server %s answered requests for model %r as model %r: the answers scored are "
+                    "that model's; check the server's routing (or ask for the name it serves)", self.origin,
+                    self.model, one_line(named)[:120])
 
     def healthy(self) -> bool:
         """The server answers ``/v1/models``."""
