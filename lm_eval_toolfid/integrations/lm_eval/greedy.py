@@ -52,11 +52,8 @@ def not_greedy(gen_kwargs: dict[str, Any] | None) -> list[str]:
     return out
 
 
-def sampling_reason(gen_kwargs: dict[str, Any] | None) -> str | None:
-    """One line saying why a run with these settings is given no verdict (None: greedy)."""
-    settings = not_greedy(gen_kwargs)
-    if not settings:
-        return None
+def sampling_reason(settings: list[str]) -> str:
+    """One line saying why a run with these settings (:func:`not_greedy`'s) is given no verdict."""
     return (f"generation settings {', '.join(settings)} do not decode greedily (from --gen_kwargs or the task's "
             "generation_kwargs): sampled answers differ from run to run, so they cannot show what the adapter "
             "changed. Drop those settings (the task decodes greedily)")

@@ -76,29 +76,19 @@ class CacheUse:
     cache_db: str
     model: str
     """This run's model, as the owner records name it (base identity + adapter and its content)."""
-    hashes: dict[int, str] = field(default_factory=dict)
-    """Request (by ``id()`` of its Instance) → lm-eval's cache key."""
-    foreign: int = 0
-    """Requests the cache will answer with an answer this model is not recorded to have written."""
+    total: int = 0
+    """Requests lm-eval will look up in the cache (sampled ones it never caches)."""
+    foreign: set[str] = field(default_factory=set)
+    """Documents (their ids) the cache will answer with an answer this model is not recorded to have written."""
     own: int = 0
     """Requests the cache will answer with this model's own earlier answer."""
     fresh: list[str] = field(default_factory=list)
     """Cache keys of the requests this run generates (lm-eval stores their answers)."""
 
     @property
-    def total(self) -> int:
-        return len(self.hashes)
-
-    @property
     def path_given(self) -> str:
         """The ``--use_cache`` path as the user gave it (lm-eval adds ``_rank<N>.db``)."""
         return self.cache_db.removesuffix(".db").rsplit("_rank", 1)[0]
-
-    def is_foreign(self, inst: Any) -> bool:
-        """The cache answers this request with an answer this model is not recorded to have written."""
-        return id(inst) in self._foreign
-
-    _foreign: set[int] = field(default_factory=set)
 
     def record_generated(self) -> None:
         """After generation: the answers this run generated are this model's (the owners file, under a lock)."""
@@ -133,14 +123,13 @@ def check_cache(instances: Iterable[Any], model: str) -> CacheUse | None:
         if isinstance(args[1], dict) and args[1].get("do_sample", False):
             continue
         key = lm_eval_hash(args)
-        use.hashes[id(inst)] = key
+        use.total += 1
         if key not in db:
             use.fresh.append(key)
         elif owners.get(key) == model:
             use.own += 1
         else:
-            use.foreign += 1
-            use._foreign.add(id(inst))
+            use.foreign.add(str((inst.doc or {}).get("id")) if isinstance(inst.doc, dict) else key)
     return use
 
 

@@ -334,10 +334,10 @@ class ToolUseFidelityTask(ConfigurableTask):
             self.run.provenance["lm_eval_chat_template"] = (
                 "the prompt in the user's turn, the answer's opening as the assistant's prefill" if self._prefill
                 else "the prompt in the user's turn, the answer in the assistant's")
-        generation = dict(self.config.generation_kwargs or {})
-        if not_greedy(generation):
-            self.run.provenance["not_greedy"] = not_greedy(generation)
-            self.run.withhold(str(sampling_reason(generation)))
+        sampling = not_greedy(self.config.generation_kwargs)
+        if sampling:
+            self.run.provenance["not_greedy"] = sampling
+            self.run.withhold(sampling_reason(sampling))
         self._note_adapter_template()
         super().build_all_requests(**kwargs)
         self._attach_generation_hints()
@@ -345,17 +345,16 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     def _check_request_cache(self) -> None:
         """lm-eval's request cache (``--use_cache``): which of this run's answers it will give, and whether this
-        model wrote them (:mod:`~lm_eval_toolfid.integrations.lm_eval.request_cache`); said once when some are not."""
+        model wrote them (:mod:`~lm_eval_toolfid.integrations.lm_eval.request_cache`)."""
         key = self.run.key
         use = check_cache(self._instances or [], model_identity(key.base if key is not None else None,
                                                                 self.settings.adapter))
         self._cache = use
         if use is None:
             return
+        # what the cache gives is said with the verdict (or the base reference not written), at the end
         self.run.provenance["request_cache"] = {"path": use.path_given, "requests": use.total,
-                                                "from_cache_other_model": use.foreign, "from_cache_own": use.own}
-        if use.foreign:  # said with the verdict (or the base reference not written), at the end
-            self.run.provenance["request_cache_path"] = use.path_given
+                                                "from_cache_other_model": len(use.foreign), "from_cache_own": use.own}
 
     def _attach_generation_hints(self) -> None:
         """Tell the LM, per request, what the scorer puts in front of the generation (the stop rule reads
@@ -476,7 +475,7 @@ class ToolUseFidelityTask(ConfigurableTask):
             text = cut
         case = self.case_of(doc)
         record = self.run.score(str(doc["id"]), self.prompter.answer(text, case), primed=self.prompter.primed(case))
-        if self._cache is not None and self._cache.is_foreign(self._instance_of(doc)):
+        if self._cache is not None and str(doc["id"]) in self._cache.foreign:
             record = record.model_copy(update={"answer_source": "request_cache"})
         dumped = record.model_dump(mode="json")
         self._records.append(dumped)
@@ -502,13 +501,6 @@ class ToolUseFidelityTask(ConfigurableTask):
         values; otherwise they are present and null (a base run, an adapter run with no base run)."""
         return self.settings.is_adapter_run and bool(self.run.references)
 
-    def _instance_of(self, doc: dict[str, Any]) -> Any:
-        """The request built for this document (its id), for what was recorded about it before generation."""
-        if not hasattr(self, "_by_doc_id"):
-            self._by_doc_id = {str(inst.doc.get("id")): inst for inst in self._instances or []
-                               if isinstance(inst.doc, dict)}
-        return self._by_doc_id.get(str(doc.get("id")))
-
     # --- aggregation -----------------------------------------------------------------------
 
     def _finish(self, records: list[dict[str, Any]]) -> float:
@@ -524,7 +516,8 @@ class ToolUseFidelityTask(ConfigurableTask):
             self._check_stops()
         foreign = sum(1 for r in records if isinstance(r, dict) and r.get("answer_source") == "request_cache")
         if foreign:
-            self.run.withhold(cache_reason(foreign, len(records), self.run.provenance.get("request_cache_path")))
+            self.run.withhold(cache_reason(foreign, len(records), (self.run.provenance.get("request_cache") or {}).get(
+                "path")))
         if self._cache is not None:
             self._cache.record_generated()
         conclusion = self.run.finish(records)
@@ -570,7 +563,8 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     def higher_is_better(self) -> dict[str, bool]:
         """What a leaderboard sorts by: every metric whose direction means better. Left out where neither does
-        (:data:`~lm_eval_toolfid.scoring.metrics.NO_DIRECTION`: p-values, counts, flags)."""
+        (a metric whose ``higher_is_better`` is None, ``cases_scored``, ``fidelity_decided``: p-values, counts,
+        flags)."""
         if self._predict_only:
             return {"bypass": True}
         return {**higher_is_better_map(), "fidelity_pass": True, "json_valid_z": True}
