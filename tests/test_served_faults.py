@@ -96,6 +96,8 @@ def test_a_served_pair_scores_and_reports_what_came_back(home: Path, tmp_path: P
     assert max(second_sent) < slow_sent + 2.0, (slow_sent, second_sent)  # before ad's first answer came
     assert f"ad + ad2, asked together: 2 × {N_CASES} cases in" in err, err
     assert f"ad2: {N_CASES} cases (asked above, together with ad)" in err, err
+    assert "no base reference" not in err, err  # the later adapter's requests were built after the base view
+    assert json.loads(stdout)["adapters"]["ad2"]["metrics"]["base_json_valid_rate"] is not None, stdout
     fake.requests[:] = [r for r in fake.requests if r["model"] != "fake-ad2"]  # the checks below: base and ad
     report = json.loads(stdout)
     assert report["adapters"]["ad"]["metrics"]["base_json_valid_rate"] is not None  # paired

@@ -91,16 +91,18 @@ class ServedSession:
             lms.append(lm)
             journals.append(journal)
         first = next((i for i, view in enumerate(views) if view.adapter is not None), len(views))
-        if len(views) - first > 1:  # the later adapter views' requests, built by the task as their runs will
-            lms[first].companions = [lm.asks(view_requests({"model": lm.model_name, **model_args_base}, view,
-                                                           plan.task, plan.limit, self.progress, self.verbose))
-                                     for lm, view in zip(lms[first + 1:], asked[first + 1:])]
-            if self.progress is not None:
-                self.progress.together.append([view.label for view in views[first:]])
-                self.progress.together_verb = "asked"
+        if len(views) - first > 1 and self.progress is not None:
+            self.progress.together.append([view.label for view in views[first:]])
+            self.progress.together_verb = "asked"
         failed: list[tuple[str, RequestsFailed]] = []
         answered = 0
-        for lm, view, journal in zip(lms, asked, journals):
+        for i, (lm, view, journal) in enumerate(zip(lms, asked, journals)):
+            if i == first and len(views) - first > 1:  # the later adapter views' requests, built by the task as
+                # their runs will, once the base view has stored the reference they pair with (built before it,
+                # each would say it has none)
+                lm.companions = [later.asks(view_requests(later, {"model": later.model_name, **model_args_base}, v,
+                                                          plan.task, plan.limit, self.progress, self.verbose))
+                                 for later, v in zip(lms[first + 1:], asked[first + 1:])]
             if self.progress is not None:
                 lm.answer_hook = lambda answer, t0=time.monotonic(): self.progress.engine_row(
                     answer.tokens, time.monotonic() - t0)

@@ -63,18 +63,21 @@ def evaluate_view(lm: Any, model_args: dict[str, Any], view: View, task: str, li
     return ViewResult(label=view.label, adapter=view.adapter, results=out, samples=samples)
 
 
-def view_requests(model_args: dict[str, Any], view: View, task: str, limit: int | None = None,
+def view_requests(lm: Any, model_args: dict[str, Any], view: View, task: str, limit: int | None = None,
                   progress: Any = None, verbose: bool = True) -> list[Any]:
-    """The requests (lm-eval ``Instance``s, in task order) that :func:`evaluate_view` of ``view`` will send, built
-    by the task as ``simple_evaluate`` builds them: to ask them ahead, together with other views'."""
+    """The requests (lm-eval ``Instance``s, in task order) that :func:`evaluate_view` of ``view`` on ``lm`` will
+    send, built by the task as ``simple_evaluate`` builds them: to ask them ahead, together with other views'. The
+    task is told the backend ``lm`` is (``simple_evaluate`` would show it the model): the run's identity, and so
+    the base reference it pairs with, depend on it."""
     from lm_eval.evaluator_utils import get_sample_size
     from lm_eval.tasks import TaskManager
 
+    from lm_eval_toolfid.integrations.lm_eval.task import backend_name
     from lm_eval_toolfid.reporting.progress import quiet_lm_eval
 
     with quiet_lm_eval(progress, verbose) if progress is not None else contextlib.nullcontext():
         manager = TaskManager(include_path=str(tasks_path()), include_defaults=False,
-                              metadata={**model_args, **view.metadata})
+                              metadata={**model_args, **view.metadata, "backend": backend_name(lm)})
         built = manager.load([task])["tasks"][task]
         built.build_all_requests(limit=get_sample_size(built, limit), rank=0, world_size=1)
     return list(built.instances)
