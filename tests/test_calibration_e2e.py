@@ -150,6 +150,12 @@ def test_score_refuses_a_calibration_made_for_another_update_norm(calibrated, tm
         score_results(str(results_file), str(tmp_path / "bad.json"))
 
 
+def _but_drafts(report: dict) -> dict:
+    """A run's adapters as reported, less where the tokens an adapter view verified came from (the base view of
+    the same session, or the base reference stored on disk when that view was reused)."""
+    return {label: {k: v for k, v in row.items() if k != "generation"} for label, row in report["adapters"].items()}
+
+
 def test_toolfid_run_with_null_runs_calibrates_and_scores_in_one_go(tmp_path):
     import os
 
@@ -176,3 +182,27 @@ def test_toolfid_run_with_null_runs_calibrates_and_scores_in_one_go(tmp_path):
     kept = sorted((tmp_path / "out" / "null_samples").glob("*.jsonl"))
     assert [p.stem for p in kept] == [r.name for r in cal.runs] == ["null_00", "null_01", "null_02"]
     assert all(len(p.read_text().splitlines()) == r.n_cases for p, r in zip(kept, cal.runs))
+    # --resume reuses the base view, the calibration and the adapter view (nothing loads), with the same report
+    again = toolfid_here(cmd[1:] + ["--adapter", f"broken={FIX['adapters']['broken']}", "--resume"],
+                         tmp_path / "home")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "computed again" not in again.stderr and "loading" not in again.stderr, again.stderr
+    assert json.loads(again.stdout)["adapters"] == report["adapters"]
+    # a null's answers damaged since: the calibration and the adapter view judged against it are computed again,
+    # the base view is reused; the same seed gives the same nulls, so the same report
+    kept[1].write_text(kept[1].read_text()[:-20])
+    third = toolfid_here(cmd[1:] + ["--adapter", f"broken={FIX['adapters']['broken']}", "--resume"],
+                         tmp_path / "home")
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert "the calibration is computed again: its null_samples/null_01.jsonl is not the file that was saved" \
+        in third.stderr, third.stderr
+    assert "broken is computed again: the calibration it is judged against is computed again" in third.stderr
+    assert "base: reusing" in third.stderr, third.stderr
+    assert _but_drafts(json.loads(third.stdout)) == _but_drafts(report)  # drafts: the stored reference's
+    assert len(kept[1].read_text().splitlines()) == cal.runs[1].n_cases
+    # another seed: another calibration (said), the base view still reused
+    seed = toolfid_here([*cmd[1:-5], "--seed", "4", *cmd[-3:], "--adapter", f"broken={FIX['adapters']['broken']}",
+                         "--resume"], tmp_path / "home")
+    assert seed.returncode == 0, seed.stderr[-2000:]
+    assert "the calibration is computed again: --seed changed since it was made" in seed.stderr, seed.stderr
+    assert load_calibration(tmp_path / "out" / "calibration.json").provenance["seeds"] == [4]

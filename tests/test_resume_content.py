@@ -79,15 +79,15 @@ def test_resume_reuses_a_view_only_for_the_same_cases_and_weights(tmp_path: Path
     # the base saved from other weights (its manifest says so): no adapter view is reused with it, and their
     # manifests go before anything runs (the runner's decision, read without running the views again)
     from lm_eval_toolfid.run.plan import RunPlan
-    from lm_eval_toolfid.run.resume import content_digests, saved_views
+    from lm_eval_toolfid.run.resume import read_folder
 
     plan = RunPlan(base=FIX["base"], adapters={"faithful": FIX["adapters"]["faithful"], "other": str(other)},
                    task=FIXTURE_TASK, metadata={"cases": str(cases)}, out_dir=out, resume=True)
-    made_from = ({"pretrained": FIX["base"]}, content_digests(plan))  # ModelSession.manifest_args, no --dtype
-    assert set(saved_views(plan, made_from)) == {"base", "faithful", "other"}  # as the third run saw them
+    model_args = {"pretrained": FIX["base"]}  # ModelSession.manifest_args, no --dtype
+    assert set(read_folder(plan, model_args).done) == {"base", "faithful", "other"}  # as the third run saw them
     manifest = json.loads((out / "base" / "manifest.json").read_text())
     (out / "base" / "manifest.json").write_text(json.dumps({**manifest, "base_fingerprint": "0" * 16}))
-    assert saved_views(plan, made_from) == {}
+    assert read_folder(plan, model_args).done == {}
     assert [label for label in VIEWS if (out / label / "manifest.json").is_file()] == ["base"]
 
 

@@ -81,9 +81,6 @@ def plan_command(args: argparse.Namespace) -> RunCommand:
         raise ToolfidError("--check-stops must be 0 or more")
     if args.limit is not None and args.null_runs:
         raise ToolfidError("--limit cannot be combined with --null-runs: a calibration is made on the whole case set")
-    if args.resume and args.null_runs:
-        raise ToolfidError("--resume cannot be combined with --null-runs: calibrate once with toolfid calibrate, "
-                           "then pass --metadata '{\"calibration\": FILE}'")
     out = out_dir(args.output)
     metadata = metadata_from_args(args)
     if args.check_stops:

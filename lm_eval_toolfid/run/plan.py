@@ -129,9 +129,12 @@ class RunPlan:
     def base_view(self) -> View:
         return View("base", None, dict(self.metadata))
 
-    def adapter_views(self, metadata: Mapping[str, Any] | None = None) -> list[View]:
-        """Every adapter view, with ``metadata`` (default: the plan's)."""
-        meta = dict(self.metadata if metadata is None else metadata)
+    def adapter_views(self) -> list[View]:
+        """Every adapter view, with the plan's settings; with a null calibration, judged against it (its file in
+        their settings)."""
+        meta = dict(self.metadata)
+        if self.calibration is not None:
+            meta["calibration"] = str(self.calibration.out)
         return [View(label, adapter, meta) for label, adapter in self.adapters.items()]
 
     def engine_check_view(self) -> View:

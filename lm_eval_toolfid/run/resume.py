@@ -1,18 +1,25 @@
-"""``--resume`` by content: the manifest each view is saved with (:func:`view_manifest_of`: the task and its file,
-the settings, a digest of the cases loaded after ``--limit``, the base's and that adapter's weights, the model args),
-and which saved views a run reuses (:func:`saved_views`). A view saved otherwise is computed again and the run says
-what changed in one line; a base view computed again takes its adapter views with it (their old manifests removed
-first), so a folder never mixes views of two case sets or two bases."""
+"""``--resume`` by content, decided in one place: :func:`read_folder` reads the output folder once when a run
+starts and gives the runner one record (:class:`FolderState`): the manifest every view of the run is saved with
+(:func:`view_manifest_of`: the task and its file, the settings, a digest of the cases loaded after ``--limit``, the
+base's and that adapter's weights, the model args, the checks), the views it reuses (their files checked against
+their manifest), and whether the null calibration (``--null-runs``) is reused. A view saved otherwise is computed
+again and the run says what changed in one line; a base view computed again takes its adapter views (and the
+calibration) with it, their old manifests removed first, and a calibration computed again takes the adapter views
+judged against it: a folder never mixes views of two case sets, two bases or two calibrations."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Iterable, Mapping, Tuple
 
+from lm_eval_toolfid.calibration.nulls import CalibrationSpec
 from lm_eval_toolfid.cases.bundled import tasks_path
 from lm_eval_toolfid.core.errors import ToolfidError
+from lm_eval_toolfid.core.fsutil import atomic_write_json
 from lm_eval_toolfid.reporting.view_store import (MANIFEST, ViewResult, load_saved_view, read_manifest, view_manifest,
                                                    why_not_reused)
 from lm_eval_toolfid.run.plan import RunPlan, View
@@ -105,21 +112,45 @@ def what_changed(saved: dict[str, Any], wanted: dict[str, Any]) -> str:
     return ", ".join(named + other) or "its saved files (incomplete, or the base's reference is gone)"
 
 
-def saved_views(plan: RunPlan, made_from: MadeFrom, progress: Any = None) -> dict[str, ViewResult]:
-    """``--resume``: the views already saved in ``plan.out_dir`` with the manifest this run would write; each view
-    saved otherwise is named with what changed. No adapter view is reused when the base view is not."""
-    done: dict[str, ViewResult] = {}
+@dataclass
+class FolderState:
+    """What this run's output folder already holds that the run reuses, read once by :func:`read_folder`: the
+    runner carries it from the first view to the engine check, and nothing else asks the folder."""
+
+    manifests: dict[str, dict[str, Any]]
+    """Every view of the run (base, adapters, the engine check) -> the manifest it is saved with."""
+    done: dict[str, ViewResult] = field(default_factory=dict)
+    """The views reused (label -> result read back)."""
+    calibration: dict[str, Any] | None = None
+    """``--null-runs``: what the calibration is made from (its manifest); None without one."""
+    calibration_reused: bool = False
+
+    def todo(self, views: Iterable[View]) -> list[View]:
+        """The views of ``views`` still to compute."""
+        return [view for view in views if view.label not in self.done]
+
+
+def read_folder(plan: RunPlan, manifest_args: dict[str, Any], progress: Any = None) -> FolderState:
+    """The run's :class:`FolderState`: the manifests of every view (``manifest_args``: the session's model args),
+    and with ``--resume`` the views saved with the same manifest whose files are as saved, and the calibration when
+    it was made from the same base view, first adapter and settings; each view (or calibration) saved otherwise is
+    named with what changed. No adapter view is reused when the base view or the calibration is not."""
+    made_from = (manifest_args, content_digests(plan))
+    views = [plan.base_view(), *plan.adapter_views(), *([plan.engine_check_view()] if plan.engine_check else [])]
+    state = FolderState({view.label: view_manifest_of(plan, view, made_from) for view in views})
+    if plan.calibration is not None:
+        state.calibration = calibration_manifest(plan, state.manifests)
     if not plan.resume or plan.out_dir is None:
-        return done
+        return state
+    views = views[:1 + len(plan.adapters)]  # the engine check is read after the base view (it compares with it)
     changed: dict[str, str] = {}
-    views = [plan.base_view(), *plan.adapter_views()]
     for view in views:
-        manifest = view_manifest_of(plan, view, made_from)
+        manifest = state.manifests[view.label]
         why = why_not_reused(plan.out_dir, view.label, manifest)
         if why is None:
             found = load_saved_view(plan.out_dir, view.label, manifest)
             if found is not None:
-                done[view.label] = found
+                state.done[view.label] = found
                 continue
         saved = read_manifest(plan.out_dir, view.label)
         if saved is not None and saved != manifest:
@@ -134,20 +165,91 @@ def saved_views(plan: RunPlan, made_from: MadeFrom, progress: Any = None) -> dic
                                f"also holds views this run does not compute, compared with the old base: "
                                f"{', '.join(strays)}; name them with --adapter to compute them again, or move them "
                                "out of the folder")
-    if "base" not in done:
-        for view in views[1:]:  # paired with a base this run does not keep: computed again, never mixed
-            if view.label in done:
-                changed[view.label] = "the base view is computed again"
-                del done[view.label]
+    if plan.calibration is not None and "base" in state.done:
+        why_not = why_calibration_not_reused(plan.calibration, state.calibration)
+        state.calibration_reused = why_not is None
+        if why_not is not None and why_not != "none saved" and progress is not None:
+            progress.message(f"--resume: the calibration is computed again: {why_not}")
+    again = None if "base" in state.done else "the base view is computed again"
+    if again is None and plan.calibration is not None and not state.calibration_reused:
+        again = "the calibration it is judged against is computed again"
+    if again is not None:
+        for view in views[1:]:  # paired with a base (or judged against a calibration) this run does not keep
+            if view.label in state.done:
+                changed[view.label] = again
+                del state.done[view.label]
             _forget(plan.out_dir, view.label)
     for view in views:
         if progress is None:
             continue
-        if view.label in done:
-            progress.view_skipped(view.label, f"reusing {done[view.label].path}")
+        if view.label in state.done:
+            progress.view_skipped(view.label, f"reusing {state.done[view.label].path}")
         elif view.label in changed:
             progress.message(f"--resume: {view.label} is computed again: {changed[view.label]}")
-    return done
+    if state.calibration_reused and progress is not None:
+        for label in plan.calibration.progress_labels():
+            progress.view_skipped(label, f"reusing {plan.calibration.out}")
+    return state
+
+
+# --- the calibration of ``--null-runs`` ----------------------------------------------------------
+
+CALIBRATION_MANIFEST = "calibration.manifest.json"
+"""Beside a run's ``calibration.json``: what it was made from, and the digest of every file it wrote."""
+
+
+def calibration_manifest(plan: RunPlan, manifests: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """What a run's null calibration is made from: the base view (its manifest), the adapter the nulls are shaped
+    like (the first), the number of nulls, seed and multipliers."""
+    spec = plan.calibration
+    assert spec is not None
+    first = manifests[next(iter(plan.adapters))]
+    return json.loads(json.dumps({"base_view": manifests["base"], "like": first["adapter"],
+                                  "like_fingerprint": first["adapter_fingerprint"], "runs": spec.runs,
+                                  "seed": spec.seed, "multipliers": list(spec.multipliers)}, sort_keys=True))
+
+
+def _calibration_files(spec: CalibrationSpec) -> list[Path]:
+    """The files a calibration writes: the fit and each null's answers."""
+    return [spec.out, *(spec.samples_folder / f"{label}.jsonl" for label in spec.progress_labels())]
+
+
+def keep_calibration(spec: CalibrationSpec, made_from: dict[str, Any]) -> None:
+    """After the fit is written: its manifest, with the digest of each file, written last (a calibration without
+    one is incomplete)."""
+    digests = {str(path.relative_to(spec.out.parent)): _sha256(path) for path in _calibration_files(spec)}
+    atomic_write_json(spec.out.parent / CALIBRATION_MANIFEST, {**made_from, "files": digests})
+
+
+def why_calibration_not_reused(spec: CalibrationSpec, wanted: dict[str, Any] | None) -> str | None:
+    """Why the calibration saved beside ``spec.out`` is not reused (None: it is): none saved, made from something
+    else, or a file damaged or gone since (the fit is the file written after it loaded)."""
+    try:
+        saved = json.loads((spec.out.parent / CALIBRATION_MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "none saved"
+    if not isinstance(saved, dict):
+        return "its manifest does not parse"
+    if {k: v for k, v in saved.items() if k != "files"} != wanted:
+        named = [words for key, words in (("base_view", "the base view"), ("like", "the first adapter"),
+                                          ("like_fingerprint", "the first adapter's weights"), ("runs", "--null-runs"),
+                                          ("seed", "--seed"), ("multipliers", "the multipliers"))
+                 if saved.get(key) != (wanted or {}).get(key)]
+        return f"{', '.join(named) or 'its settings'} changed since it was made"
+    files = saved.get("files")
+    for path in _calibration_files(spec):
+        name = str(path.relative_to(spec.out.parent))
+        try:
+            if not isinstance(files, dict) or _sha256(path) != files.get(name):
+                return f"its {name} is not the file that was saved (damaged or replaced)"
+        except OSError as exc:
+            return f"its {name} cannot be read ({exc.strerror or exc})"
+    return None
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _forget(out_dir: Path, label: str) -> None:

@@ -1,7 +1,7 @@
 """The views of one ``toolfid run``, whatever evaluates them: the base view, then (``--null-runs``) the
 calibration stage, then every adapter view; each view saved (results, samples, manifest) as soon as it
-finishes, and reused by ``--resume`` when its manifest matches (decided once, for every view, by
-:mod:`lm_eval_toolfid.run.resume`: by content).
+finishes, and reused by ``--resume`` when its manifest matches (decided once, for every view and the calibration,
+when the run starts: :func:`lm_eval_toolfid.run.resume.read_folder`'s one record, carried to the end).
 
 A :class:`ViewSession` evaluates views: :class:`~lm_eval_toolfid.run.session.ModelSession` (a base loaded in
 this process), :class:`~lm_eval_toolfid.run.served_session.ServedSession` (model names of one server) or
@@ -11,12 +11,12 @@ run several views at once and yield them as they finish."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
 from lm_eval_toolfid.calibration.nulls import CalibrationSpec
 from lm_eval_toolfid.reporting.view_store import ViewResult, save_view
 from lm_eval_toolfid.run.plan import RunPlan, ServedOptions, View, VllmOptions
-from lm_eval_toolfid.run.resume import MadeFrom, content_digests, saved_views, view_manifest_of
+from lm_eval_toolfid.run.resume import FolderState, keep_calibration, read_folder
 from lm_eval_toolfid.scoring import engine_noise
 from lm_eval_toolfid.scoring.engine_noise import EngineCheck
 
@@ -33,9 +33,10 @@ class ViewSession(Protocol):
         """Refuse, in one line, a plan whose models this session cannot evaluate (before any view runs)."""
         ...
 
-    def calibrate(self, spec: CalibrationSpec, plan: RunPlan) -> Mapping[str, Any]:
-        """``--null-runs``, after the base view: the nulls run and fitted; returns the settings of the adapter views
-        that follow. A session that cannot (it does not load the base) refuses in one line."""
+    def calibrate(self, spec: CalibrationSpec, plan: RunPlan) -> None:
+        """``--null-runs``, after the base view: the nulls run and fitted into ``spec.out`` (the adapter views that
+        follow are judged against it: :meth:`RunPlan.adapter_views`). A session that cannot (it does not load the
+        base) refuses in one line."""
         ...
 
     def evaluate(self, views: Sequence[View], plan: RunPlan) -> Iterator[ViewResult]:
@@ -64,36 +65,36 @@ def run_plan(plan: RunPlan, session: ViewSession | None = None,
     """The base view and every adapter view of ``plan`` (``session`` default: :func:`open_session`'s); what
     needs no session was checked when the plan was made (``toolfid run``: a calibration's adapters,
     :func:`lm_eval_toolfid.calibration.adapters.check_shared_calibration`), what needs one is checked here, before any view runs.
-    With ``plan.resume``, views saved with the same manifest are reused; when every view is, no model
-    is loaded at all."""
+    With ``plan.resume``, views (and a calibration) saved with the same manifest are reused; when every view is, no
+    model is loaded at all."""
     session = session or open_session(plan, progress)
     session.check(plan)
-    made_from = (session.manifest_args, content_digests(plan))  # what each view is computed from: --resume compares
-    done = saved_views(plan, made_from, progress)
-    if plan.calibration is None:  # every view at once: a session may decode them together
-        todo = [view for view in [plan.base_view(), *plan.adapter_views()] if view.label not in done]
-        ran = _evaluate(session, todo, plan, made_from, progress) if todo else []
-        done.update({result.label: result for result in ran})
-        base, adapters = done["base"], [done[label] for label in plan.adapters]
-    else:
-        base = done.get("base") or _evaluate(session, [plan.base_view()], plan, made_from, progress)[0]
-        metadata: Mapping[str, Any] = session.calibrate(plan.calibration, plan)
-        todo = [view for view in plan.adapter_views(metadata) if view.label not in done]
-        ran = {result.label: result for result in _evaluate(session, todo, plan, made_from, progress)} if todo else {}
-        adapters = [done.get(label) or ran[label] for label in plan.adapters]
+    state = read_folder(plan, session.manifest_args, progress)  # the folder asked once: what is done, what to do
+    base_view, adapter_views = plan.base_view(), plan.adapter_views()
+    if plan.calibration is None or state.calibration_reused:  # every view at once: a session may decode them together
+        todo = state.todo([base_view, *adapter_views])
+    else:  # the nulls pair with the base view's reference, the adapter views are judged against their fit
+        todo = state.todo([base_view])
+        _evaluate(session, todo, plan, state, progress)
+        session.calibrate(plan.calibration, plan)
+        assert state.calibration is not None
+        keep_calibration(plan.calibration, state.calibration)
+        todo = state.todo(adapter_views)
+    _evaluate(session, todo, plan, state, progress)
+    base, adapters = state.done["base"], [state.done[label] for label in plan.adapters]
     if plan.engine_check:
-        check_engine(session, plan, base, made_from, progress)
+        check_engine(session, plan, base, state, progress)
     return base, adapters
 
 
-def check_engine(session: ViewSession, plan: RunPlan, base: ViewResult, made_from: MadeFrom,
+def check_engine(session: ViewSession, plan: RunPlan, base: ViewResult, state: FolderState,
                  progress: Any = None) -> EngineCheck:
     """``--engine-check``: the base run again, after every other view, compared with the first run case by case;
     written to ``OUT/engine_check.json`` (reused by ``--resume`` when the base view and its settings are the
     same)."""
     view = plan.engine_check_view()
     path = plan.out_dir / engine_noise.FILE if plan.out_dir is not None else None
-    manifest = view_manifest_of(plan, view, made_from)
+    manifest = state.manifests[view.label]
     first = engine_noise.sample_texts(base.all_samples())
     saved = engine_noise.read_check(path, first, manifest) if plan.resume and path is not None else None
     if saved is not None:
@@ -109,15 +110,13 @@ def check_engine(session: ViewSession, plan: RunPlan, base: ViewResult, made_fro
     return check
 
 
-def _evaluate(session: ViewSession, views: list[View], plan: RunPlan, made_from: MadeFrom,
-              progress: Any) -> list[ViewResult]:
-    """Each view the session finishes, saved with its manifest before the next."""
-    by_label, out = {view.label: view for view in views}, []
+def _evaluate(session: ViewSession, views: list[View], plan: RunPlan, state: FolderState, progress: Any) -> None:
+    """Each view the session finishes, saved with its manifest before the next, and counted done."""
+    if not views:
+        return
     for result in session.evaluate(views, plan):  # run to its end: a session tidies up after each saved view
         if plan.out_dir is not None:
-            manifest = view_manifest_of(plan, by_label[result.label], made_from)
-            result.path = save_view(result, plan.out_dir, manifest=manifest)
+            result.path = save_view(result, plan.out_dir, manifest=state.manifests[result.label])
         if progress is not None:
             progress.view_finished(result.label, len(result.samples))
-        out.append(result)
-    return out
+        state.done[result.label] = result

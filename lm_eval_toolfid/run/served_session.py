@@ -60,7 +60,7 @@ class ServedSession:
             served = ", ".join(str(e.get("id")) for e in self.listing[:8])
             raise ToolfidError(f"the server does not serve {', '.join(map(repr, missing))} (it lists: {served})")
 
-    def calibrate(self, spec: CalibrationSpec, plan: RunPlan) -> dict[str, Any]:
+    def calibrate(self, spec: CalibrationSpec, plan: RunPlan) -> None:
         """Null adapters need the base's weights: refused in one line."""
         raise ToolfidError("null calibration runs in process (the session must load the base)")
 

@@ -203,12 +203,13 @@ class ModelSession:
         model_args = dict(self.manifest_args, **({"peft": view.adapter} if view.adapter else {}))
         return evaluate_view(self.lm, model_args, view, task, limit, self.progress, self.verbose)
 
-    def calibrate(self, spec: CalibrationSpec, plan: RunPlan) -> dict[str, Any]:
+    def calibrate(self, spec: CalibrationSpec, plan: RunPlan) -> None:
         """``toolfid run --null-runs``, after the base view (the nulls pair with its reference): nulls of the plan's
-        first adapter (this session's ``default``) run and fitted; returns the settings of the adapter views that
-        follow (judged against this calibration)."""
+        first adapter (this session's ``default``) run and fitted into ``spec.out`` (the model loaded first when a
+        resumed run reused the base view)."""
+        if self.lm is None:
+            self.load(plan.adapters)
         self.calibrate_nulls(spec, next(iter(plan.adapters.values())), plan.task, plan.metadata)
-        return {**plan.metadata, "calibration": str(spec.out)}
 
     def calibrate_nulls(self, spec: CalibrationSpec, adapter: str, task: str,
                         metadata: Mapping[str, Any]) -> Calibration:

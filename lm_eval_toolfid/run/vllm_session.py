@@ -163,13 +163,12 @@ class VllmSession:
                 with contextlib.suppress(OSError):
                     journal.folder.rmdir()  # only when no view's journal is left in it
 
-    def calibrate(self, spec: CalibrationSpec, plan: RunPlan) -> dict[str, Any]:
+    def calibrate(self, spec: CalibrationSpec, plan: RunPlan) -> None:
         """``--null-runs``, after the base view: null adapters shaped like the first adapter written as PEFT
         folders, run on the same engine (each a ``LoRARequest``, all in one batch) against the base reference,
-        fitted; returns the settings of the adapter views that follow."""
+        fitted into ``spec.out``."""
         nulls = make_nulls(spec, next(iter(plan.adapters.values())), self.base)
         self.fit_nulls(spec, nulls, plan, plan.metadata)
-        return {**plan.metadata, "calibration": str(spec.out)}
 
     def fit_nulls(self, spec: CalibrationSpec, nulls: list[Path], plan: RunPlan, metadata: Mapping[str, Any]) -> Any:
         views = [View(path.name, str(path), dict(metadata)) for path in nulls]
