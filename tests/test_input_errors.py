@@ -5,6 +5,7 @@ fit the filesystem or name what PEFT uses itself, ``--limit 0``, a full disk."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 
 import pytest
@@ -13,7 +14,7 @@ from lm_eval_toolfid.cases.bundled import fixture_paths
 from lm_eval_toolfid.core.errors import EXIT_INPUT, ToolfidError, disk_full, guard
 from lm_eval_toolfid.run.output import LOCK_FILE, check_labels, output_lock
 
-from .lm_eval_helpers import toolfid_here
+from .lm_eval_helpers import FIXTURE_TASK, toolfid_here
 
 FIX = fixture_paths()
 
@@ -143,8 +144,9 @@ def _tiny_base(tmp_path, **overrides):
 
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=512, tie_word_embeddings=False, **overrides)
+    config = Qwen2Config(**{"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+                            "tie_word_embeddings": False, **overrides})
     base = tmp_path / "qwen-tiny"
     Qwen2ForCausalLM(config).save_pretrained(base)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
@@ -231,3 +233,44 @@ def test_an_unwritable_reference_folder_is_named_with_what_to_do(tmp_path) -> No
                            {c.id: c for c in load_cases("fixture")[:2]})
     writable.resolve(RunKey(base={"fingerprint": "f"}, case_set=run.case_set, prompt="p", generation={}), {})
     assert "cannot be written" not in writable.provenance["pairing"]
+
+
+@pytest.mark.slow
+def test_an_adapter_with_its_own_modules_run_alone_is_the_adapter_given_and_the_base_is_the_base(tmp_path) -> None:
+    """A LoRA that saves its own ``lm_head`` (``modules_to_save``, changed from the base's), run alone
+    (``--views-together 1``) beside a B = 0 LoRA: its answers are plain PEFT's (``lm_eval --model hf peft=``) case by
+    case, the B = 0 view's are the base view's, and the base view's are those of a run without any adapter."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from .lm_eval_helpers import lm_eval_here, read_run
+
+    qwen = _tiny_base(tmp_path, vocab_size=2048)
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(qwen), LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], modules_to_save=["lm_head"]))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "modules_to_save" in name or "lora_B" in name:
+                p.add_(torch.randn_like(p) * 0.5)
+    model.save_pretrained(tmp_path / "saved")
+    zero = _lora(qwen, tmp_path / "zero")  # PEFT's initialisation: B = 0
+    home, limit = tmp_path / "home", ["--limit", "6"]
+    proc = toolfid_here(["run", "--base", qwen, "--adapter", f"saved={tmp_path / 'saved'}", "--adapter",
+                         f"zero={zero}", "--views-together", "1", "--task", FIXTURE_TASK, "--output", tmp_path / "out",
+                         "--device", "cpu",
+                         "--json", *limit], home)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+    def answers(path):
+        return {s["doc"]["id"]: s["resps"][0][0] for s in map(json.loads, path.read_text().splitlines())}
+
+    ours = {label: answers(tmp_path / "out" / label / "samples.jsonl") for label in ("base", "saved", "zero")}
+    assert ours["zero"] == ours["base"]
+    for model_args, label in ((f"pretrained={qwen},peft={tmp_path / 'saved'}", "saved"), (f"pretrained={qwen}", "base")):
+        run = lm_eval_here(model_args, tmp_path / f"plain_{label}", tmp_path / "home_plain", extra=limit)
+        assert run.returncode == 0, run.stderr[-2000:]
+        plain = {s["doc"]["id"]: s["resps"][0][0] for s in read_run(tmp_path / f"plain_{label}")[1]}
+        assert ours[label] == plain, label
+    assert ours["saved"] != ours["base"]  # the saved lm_head changed the answers: the comparison could fail
