@@ -18,8 +18,11 @@ real adapters may differ, at near ties) and the B = 0 view's answers that differ
     python bench/bench_joint_views.py --device cuda --dtype bfloat16 --cases 382 --adapters 10       # one GPU
     python bench/bench_joint_views.py --device cuda --dtype bfloat16 --cases 382 --adapters 10 \
         --modes together --cuda-graphs --json-out joint.json                                         # replayed steps
+    OMP_NUM_THREADS=2 nice .venv/bin/python bench/bench_joint_views.py --cases 12 --adapters 100 --zero --modes together
 
-``--modes together`` skips the one-at-a-time run: the base view alone (twice: cold, then warm), then the base and
+``--zero``: every adapter B = 0 (each its own random A): the base + N figure then measures what N views cost besides
+their answers (loading, routing, the harness), and each must have changed no output. ``--modes together`` skips the
+one-at-a-time run: the base view alone (twice: cold, then warm), then the base and
 every adapter together; (base + N) / base is then the together run over the warm base view. ``--cuda-graphs``: decode
 steps captured and replayed (``toolfid run --cuda-graphs on``; CUDA only). ``--json-out`` writes the figures after
 each phase, so a run cut short keeps the phases it finished.
@@ -43,8 +46,9 @@ from _common import print_step_costs, real_model, step_costs, subset_file, threa
 SIGMAS = (1e-4, 1e-3, 3e-3, 1e-2)
 
 
-def make_adapters(base: str, n: int, root: Path, seed: int = 0) -> dict[str, str]:
-    """``zero`` and ``n - 1`` random-B LoRAs (sigma cycling through :data:`SIGMAS`), saved as PEFT folders."""
+def make_adapters(base: str, n: int, root: Path, seed: int = 0, zero: bool = False) -> dict[str, str]:
+    """``zero`` and ``n - 1`` random-B LoRAs (sigma cycling through :data:`SIGMAS`), saved as PEFT folders; ``zero``:
+    every one B = 0 (each its own random A: distinct files, none changes an answer)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -56,12 +60,14 @@ def make_adapters(base: str, n: int, root: Path, seed: int = 0) -> dict[str, str
     peft_model = get_peft_model(model, config)
     gen = torch.Generator().manual_seed(seed)
     for k in range(n):
-        name = "zero" if k == 0 else f"null-{k}"
-        sigma = 0.0 if k == 0 else SIGMAS[(k - 1) % len(SIGMAS)]
+        name = "zero" if k == 0 else (f"zero-{k}" if zero else f"null-{k}")
+        sigma = 0.0 if k == 0 or zero else SIGMAS[(k - 1) % len(SIGMAS)]
         with torch.no_grad():
             for pname, p in peft_model.named_parameters():
                 if "lora_B" in pname:
                     p.copy_(torch.randn(p.shape, generator=gen) * sigma)
+                elif "lora_A" in pname and zero:
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
         path = root / name
         peft_model.save_pretrained(path)
         out[name] = str(path)
@@ -113,6 +119,7 @@ def main() -> None:
                     help="both (default): one at a time, then together; together: the base view alone, then together")
     ap.add_argument("--cuda-graphs", action="store_true", help="decode steps captured and replayed (CUDA only)")
     ap.add_argument("--json-out", default=None, help="write the figures as JSON here (after each phase)")
+    ap.add_argument("--zero", action="store_true", help="every adapter B = 0 (distinct A): none may change an answer")
     args = ap.parse_args()
     n_threads = threads()
     base = real_model(args.model)
@@ -122,7 +129,7 @@ def main() -> None:
     from lm_eval_toolfid.run.plan import ModelOptions, RunPlan
     from lm_eval_toolfid.run.session import ModelSession
 
-    adapters = make_adapters(base, args.adapters, root / "adapters")
+    adapters = make_adapters(base, args.adapters, root / "adapters", zero=args.zero)
     cases = subset_file(args.cases, root / "cases.jsonl") if args.cases else default_cases_path()
     metadata: dict[str, Any] = {"cases": str(cases), **({"verify": False} if args.no_verify else {})}
     batch = int(args.batch_size) if str(args.batch_size).isdigit() else args.batch_size
@@ -146,7 +153,14 @@ def main() -> None:
         plan = RunPlan(base=base, adapters=adapters, task="tool_use_fidelity", metadata=metadata, models=options,
                        verbose=False)
         if session is None:
+            t_load = time.perf_counter()
             session = ModelSession(base, options, progress=quiet(), verbose=False).load(adapters)
+            out["load_s"] = round(time.perf_counter() - t_load, 3)
+            from lm_eval_toolfid.engine.adapter_store import stored_names
+
+            out["stored_adapters"] = len(stored_names(session.peft_model))
+            print(f"loaded the base and {len(adapters)} adapters in {out['load_s']:.2f} s ({out['stored_adapters']} "
+                  "read into the engine's store, the rest by PEFT)", flush=True)
         session.options = options
         out["running"] = {"phase": mode, "since_epoch": round(time.time(), 1)}  # a run cut short: how long it ran
         dump()
@@ -187,6 +201,12 @@ def main() -> None:
         out["base_alone_together_differ"] = differ
     zero_differ = sum(1 for cid, text in joint["answers"]["zero"].items() if text != joint["answers"]["base"][cid])
     print(f"B = 0 answers that differ from the base's (together): {zero_differ} of {len(joint['answers']['base'])}")
+    if args.zero:  # every adapter B = 0: each must have changed no output
+        changed = [label for label in adapters
+                   if any(text != joint["answers"]["base"][cid] for cid, text in joint["answers"][label].items())]
+        print(f"B = 0 adapters whose answers differ from the base's: {len(changed)} of {len(adapters)}"
+              f"{' (' + ', '.join(changed[:5]) + ')' if changed else ''}")
+        out["zero_adapters_changed"] = len(changed)
     out.update({"base_view_s": round(base_s, 3), "together_s": round(joint["wall"], 3),
                 "ratio": round(joint["wall"] / base_s, 3), "zero_differ": zero_differ,
                 "zero_cases": len(joint["answers"]["base"])})

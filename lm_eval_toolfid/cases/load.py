@@ -73,15 +73,31 @@ def _lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+_PARSED: dict[tuple[str, str], tuple[Case, ...]] = {}
+"""Case files already parsed in this process, by path and content digest (a run builds the task once per view: a
+hundred views read the file a hundred times, and parse it once). Cases are frozen records."""
+
+
 def load_cases(spec: str | Path | None = None) -> list[Case]:
     """Load and validate a case file; raises :class:`ToolfidError` with ``file:line``."""
     path = resolve_cases_path(spec)
-    cases: list[Case] = []
-    seen: dict[str, int] = {}
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise ToolfidError(f"cannot read case file {path}: {exc.strerror or exc}") from None
+    key = (str(path), hashlib.sha256(data).hexdigest())
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        parsed = tuple(_parse_cases(path, data))
+        if len(_PARSED) >= 16:
+            _PARSED.clear()
+        _PARSED[key] = parsed
+    return list(parsed)
+
+
+def _parse_cases(path: Path, data: bytes) -> list[Case]:
+    cases: list[Case] = []
+    seen: dict[str, int] = {}
     try:
         text = data.decode("utf-8-sig")  # a byte-order mark at the start is tolerated
     except UnicodeDecodeError as exc:

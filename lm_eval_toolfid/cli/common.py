@@ -48,6 +48,43 @@ def metadata_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return meta
 
 
+def adapters_from(source: str) -> list[str]:
+    """``--adapters-from SOURCE`` as ``--adapter`` specs: a folder whose every subfolder holding an
+    ``adapter_config.json`` is an adapter named after it (sorted by name), or a file (``-``: stdin) of ``LABEL=PATH``
+    lines (``LABEL=NAME`` against a server; blank lines and ``#`` comments skipped; a relative path is relative to
+    the file's folder)."""
+    import sys
+
+    path = Path(source).expanduser()
+    if source != "-" and path.is_dir():
+        found = sorted(p for p in path.iterdir() if (p / "adapter_config.json").is_file())
+        if not found:
+            raise ToolfidError(f"--adapters-from {source}: no subfolder holds an adapter_config.json (each adapter is "
+                               "one PEFT folder inside it)")
+        return [f"{p.name}={p}" for p in found]
+    try:
+        text = sys.stdin.read() if source == "-" else path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ToolfidError(f"--adapters-from {source}: cannot read it ({getattr(exc, 'strerror', None) or exc}); give "
+                           "a folder of adapter folders or a file of LABEL=PATH lines") from None
+    here = Path.cwd() if source == "-" else path.parent
+    specs = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        label, eq, target = (part.strip() for part in line.partition("="))
+        if not eq or not label or not target:
+            raise ToolfidError(f"--adapters-from {source}:{n}: {line[:80]!r} is not LABEL=PATH")
+        where = Path(target).expanduser()
+        if not where.is_absolute() and (here / where).exists():
+            target = str(here / where)
+        specs.append(f"{label}={target}")
+    if not specs:
+        raise ToolfidError(f"--adapters-from {source}: no LABEL=PATH line in it")
+    return specs
+
+
 def parse_adapters(specs: Sequence[str]) -> dict[str, str]:
     """``name=path`` or ``path`` (named after its folder)."""
     out: dict[str, str] = {}

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from lm_eval_toolfid.cli.common import (
     DEFAULT_TASK,
+    adapters_from,
     add_model_options,
     add_output_option,
     add_task_settings,
@@ -72,7 +73,12 @@ def _run_command(command: RunCommand) -> int:
 def plan_command(args: argparse.Namespace) -> RunCommand:
     """The arguments parsed and checked into one frozen record; a bad one fails here in one line, before any model
     loads (the runner still checks what needs the session: served names, vLLM ranks)."""
-    adapters = parse_adapters(args.adapter)
+    source = getattr(args, "adapters_from", None)
+    given = [*(args.adapter or []), *(adapters_from(source) if source else [])]
+    if not given:
+        raise ToolfidError("give the adapters to evaluate: --adapter [LABEL=]DIR (repeatable) or --adapters-from "
+                           "DIR_OR_FILE")
+    adapters = parse_adapters(given)
     if args.resume and not args.output:
         raise ToolfidError("--resume needs --output DIR: the folder of the run to resume")
     if args.limit is not None and args.limit < 1:
@@ -277,9 +283,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                                      help="a hub base's revision: branch, tag or commit (as lm_eval's revision=; the "
                                           "base's identity records the commit it resolves to). --backend vllm: "
                                           "--vllm-arg revision=R")
-        groups["adapters"].add_argument("--adapter", required=True, action="append",
+        groups["adapters"].add_argument("--adapter", action="append",
                                         help="PEFT adapter dir, or NAME=DIR (repeatable); with --server: a served "
                                              "model name, or LABEL=NAME")
+        groups["adapters"].add_argument("--adapters-from", dest="adapters_from", metavar="DIR_OR_FILE",
+                                        help="many adapters at once: a folder whose subfolders are PEFT adapters "
+                                             "(each named after its folder), or a file of LABEL=PATH lines ('-': "
+                                             "stdin); with --adapter, both")
         groups["cases"].add_argument("--task", default=DEFAULT_TASK, help="task name (default %(default)s)")
         groups["model"].add_argument("--backend", choices=("hf", "vllm"), default="hf",
                                      help="hf: the project's engine on transformers + PEFT (default); vllm: the base "

@@ -1,21 +1,25 @@
-"""Every adapter of a pass in one LoRA computation per layer (the Punica / S-LoRA idea, in plain torch).
+"""Every adapter of a pass in one gathered LoRA computation per layer (Punica's BGMV / S-LoRA, in plain torch).
 
 PEFT computes a mixed batch adapter by adapter: per LoRA layer and adapter, the rows picked by a Python list turned
 into a tensor, two linears, a cast, a scaling and an in-place add, so every adapter added to a batch adds about a base
-step's worth of calls. Here a model's LoRA adapters are stacked once per layer (:class:`LoraStack`, cached on the model
-and rebuilt only when its adapters or their weights change): ``A_all = [A_1ᵀ | … | A_Kᵀ]`` (``d_in × K·R``, each block
-padded to the widest rank ``R``) and ``B_all = [s_1·B_1ᵀ; …; s_K·B_Kᵀ]`` (``K·R × d_out``, the scaling folded in), in the
-model's dtype. A pass names each row's adapter once, as an index on the model's device (:class:`PassRows`: which block
-each row keeps, which rows have a delta), and every LoRA layer computes, in a fixed number of calls whatever the number
-of adapters::
+step's worth of calls. Here a model's LoRA adapters are gathered once per layer (:class:`LoraStack`, cached on the model
+and rebuilt only when its adapters or their weights change), grouped by rank class (:func:`rank_class`: an adapter's
+own rank rounded up to a power of two, at least 8): per class, ``A = [A_1ᵀ; …; A_Kᵀ; 0]`` (``slots × d_in × R``) and
+``B = [s_1·B_1ᵀ; …; s_K·B_Kᵀ; 0]`` (``slots × R × d_out``, the scaling folded in), in float32. A pass names each row's adapter once, as an index on
+the model's device (:class:`PassRows`: each row's slot in every class, its scaling, whether it has a delta), and
+every LoRA layer computes, in a fixed number of calls whatever the number of adapters (a few per rank class present)::
 
-    h = x @ A_all;  h[blocks not the row's] = 0;  out = where(row has a delta here, base(x) + h @ B_all, base(x))
+    h = bmm(x, A[slot]);  out = where(row has a delta here, baddbmm(base(x), h, B[slot]), base(x))
 
-A base row, and a row of an adapter whose A or B is all zero in that layer, gets the base layer's output exactly (a
+Each row computes only its own adapter's blocks (FLOPs per row flat in the number of adapters; one wide adapter
+widens only its own class), so a row's arithmetic does not depend on which or how many adapters share its pass, and
+a NaN in one adapter reaches only its own rows. The LoRA arithmetic runs in float32 and is added to the base layer's
+output once, rounded once to the model's dtype: what PEFT does with its default ``autocast_adapter_dtype``. A base
+row, and a row of an adapter whose A or B is all zero in that layer, gets the base layer's output exactly (a
 ``where``, never a multiply: ``0 * inf`` is NaN). The same computation serves every pass that computes adapter rows
 (prompt, prefix, verification passes, decode steps, a joint batch or one adapter's view), so the modes agree with each
-other; against PEFT's own forward it may differ in the last bit (a non-power-of-two scaling, another summation
-order): the engine counts such rows' near ties (``RowResult.lora_near_ties``).
+other; against PEFT's own forward it may differ in the last bit (the scaling folded into B, another summation order): the
+engine counts such rows' near ties (``RowResult.lora_near_ties``).
 
 What the stack cannot represent exactly (DoRA and other LoRA variants, a LoRA bias, embedding or convolution LoRA,
 ``fan_in_fan_out``, dropout in training mode, ``modules_to_save``, a layer whose forward is already wrapped) is left to
@@ -27,7 +31,7 @@ import contextlib
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -92,56 +96,83 @@ def stack_unsupported(model: Any, layers: Sequence[Any]) -> str | None:
     return None
 
 
+RANK_FLOOR = 8
+"""The narrowest rank class: adapters of rank ≤ 8 share one."""
+
+
+def rank_class(rank: int) -> int:
+    """The padded width an adapter of ``rank`` computes at: the next power of two, at least :data:`RANK_FLOOR`. An
+    adapter's class is its own (its widest layer's), whatever else is loaded, so its rows' arithmetic never
+    depends on the other adapters; an r = 256 adapter costs its own rows, not every row."""
+    width = RANK_FLOOR
+    while width < rank:
+        width *= 2
+    return width
+
+
+@dataclass(frozen=True)
+class RankGroup:
+    """The adapters of one rank class in one LoRA layer, gathered per row: slot ``j`` is the class's ``j``-th
+    adapter, the last slot zeros (a row of another class, or the base, reads it and its delta is never used)."""
+
+    cls: int
+    """Which class of :attr:`LoraStack.classes`."""
+    A: Any
+    """``[slots, d_in, R]`` float32: adapter j's ``Aᵀ`` in ``A[j, :, :r_j]``, zeros after."""
+    B: Any
+    """``[slots, R, d_out]`` float32: adapter j's ``scaling · Bᵀ`` in ``B[j, :r_j]``."""
+
+
 @dataclass(frozen=True)
 class StackedLayer:
-    """One LoRA layer's adapters, stacked."""
+    """One LoRA layer's adapters, gathered by rank class (only the classes with an adapter in this layer)."""
 
-    A: Any
-    """``[d_in, K·R]``: adapter k's ``Aᵀ`` in columns ``k·R .. k·R + r_k`` (zeros after)."""
-    B: Any
-    """``[K·R, d_out]``: adapter k's ``scaling · Bᵀ`` in rows ``k·R .. k·R + r_k``."""
+    groups: tuple[RankGroup, ...]
     pattern: int
     """Which adapters have a delta in this layer: a row of :attr:`LoraStack.live`."""
 
 
 @dataclass(frozen=True)
 class PassRows:
-    """One pass's rows as the stacked layers read them (built once per pass, on the model's device)."""
+    """One pass's rows as the gathered layers read them (built once per pass, on the model's device)."""
 
-    drop: Any
-    """``[rows, 1, K·R]`` bool: the columns of ``h`` that are not the row's own adapter's block."""
+    slots: tuple[Any, ...]
+    """Per rank class, ``[rows]`` long: the row's slot in that class (the zero slot when not of it)."""
     live: tuple[Any, ...]
     """Per live pattern, ``[rows, 1, 1]`` bool: the row's adapter has a delta in that pattern's layers."""
 
 
 class LoraStack:
-    """The adapters of a model stacked per LoRA layer (see the module's docstring)."""
+    """The adapters of a model gathered per LoRA layer (see the module's docstring)."""
 
-    def __init__(self, names: tuple[str, ...], rank: int, layers: dict[int, StackedLayer], live: Any, owner: Any,
-                 key: tuple[Any, ...]) -> None:
+    def __init__(self, names: tuple[str, ...], widest: dict[str, int], classes: tuple[int, ...],
+                 layers: dict[int, StackedLayer], slot_of: tuple[Any, ...], live: Any, key: tuple[Any, ...]) -> None:
         self.names = names
+        self.widest = widest
+        """adapter name -> its widest layer's rank (its class: :func:`rank_class`)."""
         self.index = {name: k for k, name in enumerate(names)}
-        """adapter name -> its block; a base row's index is ``len(names)`` (no block, no delta)."""
-        self.rank = rank
+        """adapter name -> its index; a base row's index is ``len(names)`` (no adapter, no delta)."""
+        self.classes = classes
+        """The rank classes present (:func:`rank_class`), narrowest first."""
         self.layers = layers
-        """``id(module)`` -> its stacked weights."""
+        """``id(module)`` -> its gathered weights."""
+        self.slot_of = slot_of
+        """Per class, ``[K + 1]`` long on the device: adapter k's slot in that class (its zero slot if not of it)."""
         self.live = live
         """``[patterns, K + 1]`` bool on the device: adapter k has a delta in a layer of that pattern (the last
         column, the base, never)."""
-        self.owner = owner
-        """``[K·R]`` long on the device: the adapter each column of ``h`` belongs to."""
         self.key = key
 
     @property
     def device(self) -> Any:
-        return self.owner.device
+        return self.live.device
 
     def rows(self, index: Any) -> PassRows:
-        """The masks of a pass whose row b runs adapter ``index[b]`` (a ``[rows]`` long tensor on the device,
-        ``len(names)`` for the base): four calls per pass, none per layer."""
-        drop = (self.owner[None, :] != index[:, None]).unsqueeze(1)
+        """The gathers' indices of a pass whose row b runs adapter ``index[b]`` (a ``[rows]`` long tensor on the
+        device, ``len(names)`` for the base): a few calls per pass and class, none per layer."""
+        slots = tuple(slot.index_select(0, index) for slot in self.slot_of)
         live = self.live.index_select(1, index)[:, :, None, None]
-        return PassRows(drop=drop, live=tuple(live.unbind(0)))
+        return PassRows(slots=slots, live=tuple(live.unbind(0)))
 
     @staticmethod
     def key_of(layers: Sequence[Any]) -> tuple[Any, ...]:
@@ -159,63 +190,94 @@ class LoraStack:
         return tuple(out)
 
     @classmethod
-    def build(cls, layers: Sequence[Any], names: tuple[str, ...], key: tuple[Any, ...]) -> LoraStack:
+    def build(cls, layers: Sequence[Any], names: tuple[str, ...], key: tuple[Any, ...],
+              stored: dict[str, Any] | None = None, module_names: dict[int, str] | None = None) -> LoraStack:
+        """The stack of ``names``: PEFT's adapters from each layer, ``stored`` ones
+        (:class:`~lm_eval_toolfid.engine.adapter_store.StoredAdapter`) by the layer's module name."""
         import torch
 
+        stored, module_names = stored or {}, module_names or {}
+
+        def weights(m: Any, name: str) -> tuple[Any, Any, float] | None:  # (A [r, d_in], B [d_out, r], scaling)
+            if name in m.lora_A:
+                return m.lora_A[name].weight, m.lora_B[name].weight, float(m.scaling[name])
+            adapter = stored.get(name)
+            return adapter.modules.get(module_names.get(id(m), "")) if adapter is not None else None
+
         K = len(names)
-        R = max([int(m.lora_A[n].weight.shape[0]) for m in layers for n in names if n in m.lora_A] or [1])
+        widest = {n: max([int(w[0].shape[0]) for m in layers if (w := weights(m, n)) is not None] or [1])
+                  for n in names}
+        of_class = {n: rank_class(widest[n]) for n in names}
+        classes = tuple(sorted(set(of_class.values())))
+        members = {c: [n for n in names if of_class[n] == c] for c in classes}
         device = layers[0].base_layer.weight.device
-        stacked: dict[int, tuple[Any, Any]] = {}
+        f32 = torch.float32
         flags = []
+        gathered: dict[int, list[tuple[int, Any, Any]]] = {}
         with torch.inference_mode(False), torch.no_grad():
             for m in layers:
-                w = m.base_layer.weight
-                A = torch.zeros((m.in_features, K * R), dtype=w.dtype, device=device)
-                B = torch.zeros((K * R, m.out_features), dtype=w.dtype, device=device)
-                for k, name in enumerate(names):
-                    if name not in m.lora_A:
-                        flags.append(torch.zeros((), dtype=torch.bool, device=device))
+                groups = []
+                for c_i, c in enumerate(classes):
+                    present = [(j, w) for j, n in enumerate(members[c]) if (w := weights(m, n)) is not None]
+                    if not present:
                         continue
-                    a, b = m.lora_A[name].weight, m.lora_B[name].weight  # [r, d_in], [d_out, r]
-                    r = a.shape[0]
-                    A[:, k * R:k * R + r] = a.t().to(w.dtype)
-                    B[k * R:k * R + r] = (b.t() * m.scaling[name]).to(w.dtype)
-                    flags.append(A[:, k * R:k * R + r].ne(0).any() & B[k * R:k * R + r].ne(0).any())
-                stacked[id(m)] = (A, B)
+                    slots = len(members[c]) + 1
+                    A = torch.zeros((slots, m.in_features, c), dtype=f32, device=device)
+                    B = torch.zeros((slots, c, m.out_features), dtype=f32, device=device)
+                    for j, (a, b, scaling) in present:
+                        r = a.shape[0]
+                        A[j, :, :r] = a.detach().t().to(device=device, dtype=f32)
+                        B[j, :r] = b.detach().t().to(device=device, dtype=f32) * scaling
+                    groups.append((c_i, A, B))
+                gathered[id(m)] = groups
+                for name in names:
+                    w = weights(m, name)
+                    flags.append(torch.zeros((), dtype=torch.bool, device=device) if w is None else
+                                 w[0].ne(0).any().to(device) & w[1].ne(0).any().to(device))
             per_layer = torch.stack(flags).view(len(layers), K).tolist() if flags else []  # once per stack
             patterns: dict[tuple[bool, ...], int] = {}
             out = {}
             for m, flag in zip(layers, per_layer):
                 pattern = patterns.setdefault(tuple(flag), len(patterns))
-                A, B = stacked[id(m)]
-                out[id(m)] = StackedLayer(A, B, pattern)
+                out[id(m)] = StackedLayer(tuple(RankGroup(c_i, A, B) for c_i, A, B in gathered[id(m)]), pattern)
             live = torch.tensor([[*p, False] for p in patterns] or [[False] * (K + 1)], dtype=torch.bool,
                                 device=device)
-            owner = torch.arange(K * R, device=device) // R
-        return cls(names, R, out, live, owner, key)
+            slot_of = tuple(torch.tensor([members[c].index(n) if n in members[c] else len(members[c])
+                                          for n in names] + [len(members[c])], dtype=torch.long, device=device)
+                            for c in classes)
+        return cls(names, widest, classes, out, slot_of, live, key)
 
 
 def lora_stack(model: Any, layers: Sequence[Any]) -> LoraStack:
-    """The model's stack (every LoRA adapter of the model, in the order PEFT holds them), cached on the model and
-    rebuilt when :meth:`LoraStack.key_of` changes. The caller checked :func:`stack_unsupported`."""
+    """The model's stack (every LoRA adapter PEFT holds, in PEFT's order, then the adapters stored for the engine:
+    :mod:`~lm_eval_toolfid.engine.adapter_store`), cached on the model and rebuilt when :meth:`LoraStack.key_of` or
+    the stored adapters change. The caller checked :func:`stack_unsupported`."""
+    from lm_eval_toolfid.engine.adapter_store import lora_modules, store_of
+
     names = tuple(dict.fromkeys(name for m in layers for name in m.lora_A))
     configs = getattr(model, "peft_config", None)
     if isinstance(configs, dict):  # PEFT's order (the first adapter loaded first)
         names = tuple(n for n in configs if n in names) + tuple(n for n in names if n not in configs)
-    key = (names, LoraStack.key_of(layers))
+    store = store_of(model)
+    stored = dict(store.adapters) if store is not None else {}
+    names += tuple(n for n in stored if n not in names)
+    key = (names, LoraStack.key_of(layers), tuple((n, id(a)) for n, a in stored.items()))
     held = getattr(model, _STACK_ATTR, None)
     if held is not None and held.key == key:
         return held
-    stack = LoraStack.build(layers, names, key)
+    module_names = {id(m): name for name, m in lora_modules(model).items()} if stored else {}
+    stack = LoraStack.build(layers, names, key, stored, module_names)
     object.__setattr__(model, _STACK_ATTR, stack)  # a plain attribute, not a submodule or buffer
     return stack
 
 
 class BatchedLora:
     """While installed (:meth:`installed`), each LoRA layer of the model runs :meth:`_layer_forward` instead of PEFT's
-    forward; :meth:`select` names the rows of the next pass."""
+    forward; :meth:`select` names the rows of the next pass. ``views``: the adapters the run's rows may name (None:
+    every adapter of the stack): only their rank classes are computed, so an adapter loaded but not in the run costs
+    nothing, and a row pays for the classes of the run's adapters, never for a wider one merely loaded."""
 
-    def __init__(self, stack: LoraStack, layers: Sequence[Any]) -> None:
+    def __init__(self, stack: LoraStack, layers: Sequence[Any], views: Iterable[str | None] | None = None) -> None:
         import torch
 
         self.torch = torch
@@ -223,9 +285,18 @@ class BatchedLora:
         self.layers = list(layers)
         self.current: PassRows | None = None
         self._passes: dict[tuple[Any, ...], PassRows] = {}
+        named = set(stack.names) if views is None else {v for v in views if v is not None}
+        self.allowed = named
+        """The adapters this run's rows may name (a row of another would get no delta: refused)."""
+        widths = {rank_class(stack.widest[n]) for n in named if n in stack.widest}
+        self.computed = frozenset(i for i, c in enumerate(stack.classes) if c in widths)
+        """Which rank classes the layers compute (those of :attr:`allowed`)."""
 
     def index(self, views: Sequence[str | None]) -> Any:
         """The rows' adapter index on the device (one host-to-device copy)."""
+        outside = {v for v in views if v is not None} - self.allowed
+        if outside:
+            raise ValueError(f"rows of adapter(s) {', '.join(sorted(outside))} in a run of {sorted(self.allowed)}")
         base = len(self.stack.names)
         return self.torch.tensor([base if v is None else self.stack.index[v] for v in views],
                                  dtype=self.torch.long).to(self.stack.device)
@@ -247,7 +318,9 @@ class BatchedLora:
     @contextlib.contextmanager
     def installed(self) -> Iterator[BatchedLora]:
         for m in self.layers:
-            m.forward = functools.partial(self._layer_forward, m, self.stack.layers[id(m)])
+            layer = self.stack.layers[id(m)]
+            groups = tuple(g for g in layer.groups if g.cls in self.computed)
+            m.forward = functools.partial(self._layer_forward, m, StackedLayer(groups, layer.pattern))
         try:
             yield self
         finally:
@@ -261,10 +334,20 @@ class BatchedLora:
             raise RuntimeError("a stacked LoRA layer ran outside a pass that named its rows")
         kwargs.pop("adapter_names", None)
         base = module.base_layer(x, *args, **kwargs)
-        if x.dtype != layer.A.dtype and not torch.is_autocast_enabled(x.device.type):
-            x = x.to(layer.A.dtype)
-        h = torch.matmul(x, layer.A).masked_fill_(rows.drop, 0)
-        delta = torch.matmul(h, layer.B)
-        if delta.dtype != base.dtype:
-            delta = delta.to(base.dtype)
-        return torch.where(rows.live[layer.pattern], base + delta, base)
+        if not layer.groups:
+            return base
+        if x.dim() != 3:
+            raise RuntimeError(f"a stacked LoRA layer takes [rows, positions, features], not {tuple(x.shape)}")
+        if x.dtype != torch.float32:  # LoRA arithmetic in float32, rounded once (PEFT's autocast_adapter_dtype)
+            x, out = x.to(torch.float32), base.to(torch.float32)
+        else:
+            out = base
+        for group in layer.groups:  # per rank class present: each row's own A and B, gathered
+            slot = rows.slots[group.cls]
+            if slot.shape[0] != x.shape[0]:  # one adapter's view: one index for every row
+                slot = slot.expand(x.shape[0])
+            h = torch.bmm(x, group.A.index_select(0, slot))
+            out = torch.baddbmm(out, h, group.B.index_select(0, slot))  # base + h·(s·Bᵀ), one call
+        if out.dtype != base.dtype:
+            out = out.to(base.dtype)
+        return torch.where(rows.live[layer.pattern], out, base)

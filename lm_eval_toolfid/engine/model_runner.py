@@ -9,6 +9,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from lm_eval_toolfid.engine.adapter_store import store_of, stored_names
 from lm_eval_toolfid.engine.config import EngineStats
 from lm_eval_toolfid.engine.lora_batch import BatchedLora, lora_layers, lora_stack, say_once, stack_unsupported
 from lm_eval_toolfid.engine.masks import prepared_mask
@@ -217,10 +218,15 @@ class ModelRunner:
         if views is not None and layers:
             known = {name for layer in layers for name in (*getattr(layer, "lora_A", {}),
                                                            *getattr(layer, "lora_embedding_A", {}))}
-            unknown = {v for v in views if v is not None} - known
+            unknown = {v for v in views if v is not None} - known - set(stored_names(self.model))
             if unknown:
                 raise ValueError(f"Trying to infer with non-existing adapter(s): {', '.join(sorted(unknown))}")
         batched, uniform = self._stacked(views) if stack else (None, None)
+        store = store_of(self.model)
+        if batched is None and store is not None and store.adapters:  # PEFT computes these rows: it must hold them
+            lora = lora_layers(self.model)
+            alone = [store.active] if store.active and not any(m.disable_adapters for m in lora) else []
+            store.materialize(self.model, [v for v in views if v is not None] if views is not None else alone)
         if batched is not None:
             with batched.installed():
                 self.lora = batched
@@ -253,7 +259,8 @@ class ModelRunner:
         if views is None:
             if any(m.disable_adapters for m in layers):  # the base alone: PEFT's forward adds nothing
                 return None, None
-            active = list(layers[0].active_adapters)
+            store = store_of(self.model)
+            active = [store.active] if store is not None and store.active else list(layers[0].active_adapters)
             if len(active) != 1:
                 say_once(f"{len(active)} adapters active at once: their rows computed by PEFT's forward")
                 return None, None
@@ -265,7 +272,7 @@ class ModelRunner:
         stack = lora_stack(self.model, layers)
         if uniform is not None and uniform not in stack.index:
             return None, None
-        return BatchedLora(stack, layers), uniform
+        return BatchedLora(stack, layers, [uniform] if uniform is not None else views), uniform
 
     def _hand_views(self, module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         kwargs["adapter_names"] = self._row_views

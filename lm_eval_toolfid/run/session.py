@@ -129,7 +129,7 @@ class ModelSession:
         self.adapters, self._names = {"default": first}, {first_label: "default"}
         for label, path in others:
             with unreadable_weights(path):
-                self.peft_model.load_adapter(path, adapter_name=label)
+                self.lm.attach_adapter(label, path)  # read for the engine where it can: milliseconds, no PEFT walk
             self.adapters[label], self._names[label] = path, label
         return self
 
@@ -138,7 +138,7 @@ class ModelSession:
         return self.lm.model
 
     def activate(self, name: str) -> None:
-        self.peft_model.set_adapter(name)
+        self.lm.activate(name)
         self.active = name
 
     @contextlib.contextmanager
@@ -178,13 +178,13 @@ class ModelSession:
     def joint_run(self, views: Sequence[View]) -> JointRun | None:
         """The views decoded together (None: one at a time: a single view, ``--views-together 1``, the engine off,
         or adapters PEFT cannot mix in one batch, said once in the log)."""
-        from lm_eval_toolfid.integrations.lm_eval.joint import JointRun, JointView, joint_unsupported
+        from lm_eval_toolfid.integrations.lm_eval.joint import JointRun, JointView
 
         most = self.options.views_together
         if len(views) < 2 or most == 1 or not self.lm.use_engine:
             return None
         names = [self._names[v.label] for v in views if v.adapter is not None]
-        why = joint_unsupported(self.peft_model, names)
+        why = self.lm.joint_unsupported(names)
         if why is not None:
             log.warning("toolfid: views decoded one at a time: %s", why)
             return None

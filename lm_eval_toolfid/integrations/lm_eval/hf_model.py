@@ -55,7 +55,7 @@ from lm_eval_toolfid.integrations.lm_eval.generation_record import GenerationInf
 from lm_eval_toolfid.integrations.lm_eval.prompt_fit import check_prompts_fit
 from lm_eval_toolfid.integrations.lm_eval.hints import RequestHints, hints_of
 from lm_eval_toolfid.integrations.lm_eval.joint import (JointAnswer, JointRun, JointView, adapters_enabled,
-                                                        views_that_fit)
+                                                        joint_unsupported, views_that_fit)
 
 log = logging.getLogger("lm_eval.toolfid")
 
@@ -277,6 +277,47 @@ class ToolfidHFLM(HFLM):
                 return why
         return None
 
+    # -- adapters ------------------------------------------------------------------------------
+
+    def attach_adapter(self, name: str, path: str) -> None:
+        """One more adapter on the loaded ``PeftModel`` (after the one lm-eval's ``peft=`` loaded): read into the
+        engine's adapter store (:mod:`~lm_eval_toolfid.engine.adapter_store`: milliseconds) where the engine computes
+        every row with the gathered LoRA (the engine on, the model and the first adapter fit it) and the store can
+        represent it; otherwise through PEFT's ``load_adapter``."""
+        from lm_eval_toolfid.engine.adapter_store import store_of, store_unsupported
+        from lm_eval_toolfid.engine.lora_batch import lora_layers, stack_unsupported
+
+        model = self.model
+        why = ("the engine is off" if not self.use_engine else engine_unsupported(model)
+               or stack_unsupported(model, lora_layers(model)))
+        if why is None:
+            why = store_unsupported(path, model)
+        if why is None:
+            store_of(model, create=True).add(name, path, model)  # type: ignore[union-attr]
+            return
+        log.info("toolfid: adapter %r loaded through PEFT: %s", name, why)
+        model.load_adapter(path, adapter_name=name)
+
+    def joint_unsupported(self, names: list[str]) -> str | None:
+        """Why these adapters cannot share a batch (:func:`~lm_eval_toolfid.integrations.lm_eval.joint.joint_unsupported`,
+        the engine's stored adapters counted as loaded)."""
+        from lm_eval_toolfid.engine.adapter_store import stored_names
+
+        return joint_unsupported(self.model, names, stored_names(self.model))
+
+    def activate(self, name: str) -> None:
+        """``name`` the adapter the next view runs: PEFT's active adapter, or a stored one (the engine computes it;
+        PEFT's active adapter stays as it is)."""
+        from lm_eval_toolfid.engine.adapter_store import store_of
+
+        store = store_of(self.model)
+        if store is not None and name in store.adapters:
+            store.active = name
+            return
+        if store is not None:
+            store.active = None
+        self.model.set_adapter(name)
+
     def tok_batch_encode(self, strings: list[str], *args: Any, **kwargs: Any) -> Any:
         self._batch_strings = list(strings)  # _model_generate's rows, in order
         return super().tok_batch_encode(strings, *args, **kwargs)
@@ -303,8 +344,16 @@ class ToolfidHFLM(HFLM):
         return self._generate_in_batches(context, max_length, stop, **generation_kwargs)
 
     def _generate_in_batches(self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any) -> Any:
-        """transformers' generate, in chunks of the batch size when lm-eval handed over the whole view."""
+        """transformers' generate, in chunks of the batch size when lm-eval handed over the whole view (an adapter
+        the engine stored is loaded into PEFT first: generate runs PEFT's forward)."""
         import torch
+
+        from lm_eval_toolfid.engine.adapter_store import store_of
+        from lm_eval_toolfid.engine.lora_batch import lora_layers
+
+        store = store_of(self.model)
+        if store is not None and store.active and not any(m.disable_adapters for m in lora_layers(self.model)):
+            store.materialize(self.model, [store.active])
 
         strings = self._batch_strings if self._batch_strings and len(self._batch_strings) == context.shape[0] else None
 

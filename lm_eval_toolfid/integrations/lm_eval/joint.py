@@ -131,14 +131,17 @@ def views_that_fit(free_rows: int | None, rows_per_view: int, views: int) -> int
     return max(1, min(views, free_rows // max(1, rows_per_view)))
 
 
-def joint_unsupported(model: Any, adapters: Sequence[str]) -> str | None:
+def joint_unsupported(model: Any, adapters: Sequence[str], stored: Sequence[str] = ()) -> str | None:
     """Why the adapters of ``model`` cannot share a batch (None: they can): each must be a plain LoRA
-    (PEFT's mixed batches take no DoRA, no other adapter type), none merged."""
+    (PEFT's mixed batches take no DoRA, no other adapter type), none merged; ``stored``: adapters the engine read
+    into its store (plain LoRAs by construction)."""
     configs = getattr(model, "peft_config", None)
     if not isinstance(configs, dict):
         return "the model has no PEFT adapters"
     for name in adapters:
         config = configs.get(name)
+        if config is None and name in stored:
+            continue
         if config is None:
             return f"adapter {name!r} is not loaded"
         kind = str(getattr(config, "peft_type", "")).rsplit(".", 1)[-1]
