@@ -222,6 +222,9 @@ class ModelSession:
         """Each null's weights swapped into the ``default`` adapter in turn (the real weights restored after), the
         task run (its answers kept in ``spec.samples_folder``), the fit written to ``spec.out``; the base reference
         they pair with must exist (the base view ran)."""
+        together = self._nulls_together(spec, nulls, task, metadata)
+        if together is not None:
+            return write_fit(together, task, spec.out)
         from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
         from safetensors.torch import load_file
 
@@ -241,6 +244,44 @@ class ModelSession:
         finally:
             set_peft_model_state_dict(self.peft_model, real, adapter_name="default")
         return write_fit(results, task, spec.out)
+
+
+    def _nulls_together(self, spec: CalibrationSpec, nulls: list[Path], task: str,
+                        metadata: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """Every null read into the engine's store and run as the adapter views are: decoded together (verifying the
+        base view's tokens), each row computing its own null. None (nothing run) where a null cannot be stored: the
+        caller swaps each null's weights into the loaded adapter in turn instead."""
+        labels = []
+        try:
+            for path in nulls:
+                if not self.lm.attach_adapter(path.name, str(path), peft=False):
+                    return None
+                labels.append(path.name)
+            views = [View(path.name, str(path), dict(metadata)) for path in nulls]
+            self._names.update({label: label for label in labels})
+            results = []
+            joint = self.joint_run(views)
+            self.lm.joint = joint
+            if joint is not None and self.progress is not None:
+                self.progress.together = joint.groups  # the progress lines say which nulls were decoded together
+            try:
+                for view in views:
+                    if joint is not None:
+                        joint.current = view.label
+                    self.activate(view.label)
+                    result = self.evaluate_current(view, task)
+                    keep_null_view(spec, result)
+                    if self.progress is not None:
+                        self.progress.view_finished(result.label, len(result.samples))
+                    results.append(result.results)
+            finally:
+                self.lm.joint = None
+            return results
+        finally:
+            self.lm.detach_adapters(labels)
+            for label in labels:
+                self._names.pop(label, None)
+            self.activate("default")
 
 
 def verify_setting(value: Any) -> bool | None:

@@ -279,11 +279,12 @@ class ToolfidHFLM(HFLM):
 
     # -- adapters ------------------------------------------------------------------------------
 
-    def attach_adapter(self, name: str, path: str) -> None:
+    def attach_adapter(self, name: str, path: str, peft: bool = True) -> bool:
         """One more adapter on the loaded ``PeftModel`` (after the one lm-eval's ``peft=`` loaded): read into the
         engine's adapter store (:mod:`~lm_eval_toolfid.engine.adapter_store`: milliseconds) where the engine computes
         every row with the gathered LoRA (the engine on, the model and the first adapter fit it) and the store can
-        represent it; otherwise through PEFT's ``load_adapter``."""
+        represent it; otherwise through PEFT's ``load_adapter`` (``peft`` False: not at all). Returns whether it was
+        stored."""
         from lm_eval_toolfid.engine.adapter_store import store_of, store_unsupported
         from lm_eval_toolfid.engine.lora_batch import lora_layers, stack_unsupported
 
@@ -294,9 +295,22 @@ class ToolfidHFLM(HFLM):
             why = store_unsupported(path, model)
         if why is None:
             store_of(model, create=True).add(name, path, model)  # type: ignore[union-attr]
-            return
-        log.info("toolfid: adapter %r loaded through PEFT: %s", name, why)
-        model.load_adapter(path, adapter_name=name)
+            return True
+        if peft:
+            log.info("toolfid: adapter %r loaded through PEFT: %s", name, why)
+            model.load_adapter(path, adapter_name=name)
+        return False
+
+    def detach_adapters(self, names: list[str]) -> None:
+        """Stored adapters dropped from the engine's store (a null calibration's, once run)."""
+        from lm_eval_toolfid.engine.adapter_store import store_of
+
+        store = store_of(self.model)
+        for name in names:
+            if store is not None:
+                store.adapters.pop(name, None)
+                if store.active == name:
+                    store.active = None
 
     def joint_unsupported(self, names: list[str]) -> str | None:
         """Why these adapters cannot share a batch (:func:`~lm_eval_toolfid.integrations.lm_eval.joint.joint_unsupported`,
