@@ -112,8 +112,8 @@ def test_lm_eval_spellings_are_accepted_where_toolfid_has_the_option():
                                            "toolfid gate --help"),
     (["gate", "runs", "--junt", "j.xml"], "toolfid gate: error: unrecognized option --junt; did you mean --junit?"),
     (["rn", "--base", "y"], "toolfid: error: unknown command 'rn'; did you mean run?"),
-    (["run", "--base", "y"], "toolfid run: error: the following arguments are required: --adapter; "
-                             "see toolfid run --help"),
+    (["run", "--base", "y"], "toolfid: error: give the adapters to evaluate: --adapter [LABEL=]DIR (repeatable) or "
+                             "--adapters-from DIR_OR_FILE"),
 ])
 def test_a_usage_error_is_one_line_naming_the_closest_option_and_exits_4(argv, line, capsys):
     code, out, err = _exit(argv, capsys)

@@ -107,3 +107,40 @@ def test_a_stored_adapter_that_reaches_transformers_generate_is_loaded_into_peft
     faithful = lm.model.generate(input_ids=ids, max_length=ids.shape[1] + 12, do_sample=False,
                                  pad_token_id=lm.tokenizer.pad_token_id)
     assert torch.equal(ours, theirs) and not torch.equal(ours, faithful)
+
+
+def _many_runs(root: Path, n: int = 20) -> list[Path]:
+    """``n`` adapter runs of one base (4 cases each): every fourth loses a valid call (FAIL), the rest keep all."""
+    from .reporting_helpers import case, gate, outcome, verdict, write_run
+
+    files = []
+    for k in range(n):
+        lose = k % 4 == 1
+        cases = [case(f"c{i}", "get_weather", outcome("valid"),
+                      outcome("no_call", name=None) if lose and i == 0 else outcome("valid")) for i in range(4)]
+        delta = -0.25 if lose else 0.0
+        files.append(write_run(root / f"ad{k:02d}", cases, adapter=f"/ad/ad{k:02d}",
+                               verdict=verdict(gate("validity_delta", delta, not lose))))
+    return files
+
+
+def test_a_hundred_adapters_stay_readable_worst_first(tmp_path: Path) -> None:
+    """From 12 adapters on, the screen lists them worst first and names those that PASS on one line; the HTML report
+    plots each adapter's delta with its interval as one row, worst first (a forest plot, not 20 bar groups)."""
+    from lm_eval_toolfid.reporting import collect, html
+    from lm_eval_toolfid.reporting.results import row_from_results
+    from lm_eval_toolfid.reporting.screen import verdicts
+
+    files = _many_runs(tmp_path)
+    rows = [row_from_results(json.loads(f.read_text()), f.parent.name) for f in files]
+    text = verdicts(rows)
+    table = text.split("\n\n")[0].splitlines()
+    order = [line.split()[0] for line in table if line.startswith("ad") and not line.startswith("adapter")]
+    assert order[:5] == ["ad01", "ad05", "ad09", "ad13", "ad17"] and len(order) == 20, order  # the FAILs first
+    assert "PASS (15): ad00, ad02" in text and "ad02: PASS" not in text and "ad01: FAIL" in text
+    _, board, breakdowns = collect([tmp_path])
+    page = html.render(board, breakdowns)
+    assert "20 adapters, worst first" in page and page.count('class="dot"') == 20
+    plot = page[page.index("20 adapters, worst first"):]
+    assert plot.index(">ad01<") < plot.index(">ad00<")  # a FAIL row above a PASS row
+    assert "floor -0.05" in plot

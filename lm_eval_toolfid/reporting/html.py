@@ -13,7 +13,7 @@ from pathlib import Path
 from lm_eval_toolfid import __version__
 from lm_eval_toolfid.reporting.breakdown import Breakdown, depth_label, explain
 from lm_eval_toolfid.reporting.leaderboard import Group, Leaderboard, LeaderboardRow, table_cells
-from lm_eval_toolfid.reporting.svg import esc, grouped_bars, heatmap, null_strip
+from lm_eval_toolfid.reporting.svg import esc, grouped_bars, heatmap, interval_rows, null_strip
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222;max-width:1400px}
@@ -63,9 +63,21 @@ def validity_plot(group: Group) -> str | None:
 
 
 def delta_plot(group: Group) -> str | None:
+    """Each adapter's validity delta with its interval: bars for a few adapters, one row each, worst first, for
+    many (:data:`~lm_eval_toolfid.reporting.screen.MANY`)."""
+    from lm_eval_toolfid.reporting.screen import MANY
+
     rows = [r for r in _adapter_rows(group) if r.metric("validity_delta") is not None]
     if not rows:
         return None
+    if len(rows) >= MANY:
+        rows = sorted(rows, key=lambda r: (r.metric("validity_delta"), r.label))
+        floors = {g.get("threshold") for r in rows for g in ((r.toolfid.verdict or {}).get("gates") or [])
+                  if g.get("name") == "validity_delta" and isinstance(g.get("threshold"), (int, float))}
+        marks = [("0", 0.0), *((f"floor {f:g}", float(f)) for f in sorted(floors)[:1])]
+        return interval_rows(f"validity delta, adapter − base (95% CI), {len(rows)} adapters, worst first",
+                             [r.label for r in rows], [r.metric("validity_delta") for r in rows],
+                             [r.ci("validity_delta") for r in rows], marks=marks)
     return grouped_bars("validity delta, adapter − base (95% CI)", [r.label for r in rows], [
         ("validity_delta", [r.metric("validity_delta") for r in rows], [r.ci("validity_delta") for r in rows]),
     ], lo=-1.0, hi=1.0)

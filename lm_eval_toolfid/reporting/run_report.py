@@ -44,12 +44,31 @@ def report_run(options: ReportOptions, out: Path, base_view: Any, views: list[An
     runs = [read_run(v.path) for v in views if v.path is not None]
     if not options.json and options.breakdown:
         base_runs = [read_run(base_view.path)] if base_view.path is not None else []
-        print_breakdowns(runs, base_runs)
+        print_breakdowns(_breakdown_runs(runs, rows, out), base_runs)
     if options.html:
         write_html(options.html, out)
     if not options.json:
         print(f"\nresults and per-case samples: {out}/\nreport: toolfid report {out} --html report.html")
     return runs
+
+
+BREAKDOWNS = 5
+"""With many adapters (:data:`~lm_eval_toolfid.reporting.screen.MANY`), the screen breaks down this many, worst first."""
+
+
+def _breakdown_runs(runs: list[Run], rows: list[RunRow], out: Path) -> list[Run]:
+    """The runs whose breakdown the screen prints: each, or with many adapters the worst :data:`BREAKDOWNS` that did
+    not PASS (the rest: ``toolfid report``), said in one line."""
+    from lm_eval_toolfid.reporting import screen
+
+    if len(rows) < screen.MANY:
+        return runs
+    by_label = {run.label: run for run in runs}
+    worst = [r.label for r in screen.worst_first(rows) if screen.verdict_label(r) != "PASS"][:BREAKDOWNS]
+    where = f"toolfid report {out} --html report.html"
+    print(f"\nbreakdowns of the {len(worst)} worst of {len(rows)} adapters (every adapter's: {where})" if worst
+          else f"\nevery one of the {len(rows)} adapters passed: their breakdowns are in {where}")
+    return [by_label[label] for label in worst if label in by_label]
 
 
 def json_report(base_row: RunRow, rows: list[RunRow], check: EngineCheck | None = None,

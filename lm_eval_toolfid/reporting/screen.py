@@ -71,18 +71,39 @@ def shared_notes(rows: Sequence[RunRow]) -> list[str]:
     return [n for n in notes[0] if all(n in other for other in notes[1:])]
 
 
+MANY = 12
+"""From this many adapters on, the screen lists them worst first and gives reasons for those that did not PASS only."""
+_RANK = {"FAIL": 0, "UNDECIDED": 1, "PASS": 2}
+
+
+def worst_first(rows: Sequence[RunRow]) -> list[RunRow]:
+    """FAIL, then UNDECIDED, then PASS; within each, the largest validity drop first (no delta last), then by label."""
+    def key(row: RunRow) -> tuple[int, float, str]:
+        delta = row.metric("validity_delta")
+        return (_RANK.get(verdict_label(row), 1), delta if delta is not None else float("inf"), row.label)
+
+    return sorted(rows, key=key)
+
+
 def reasons(rows: Sequence[RunRow], width: int | None = None) -> str:
     """One line (wrapped) per adapter: its verdict and why, without the notes every adapter shares; those follow
-    once."""
+    once. With :data:`MANY` adapters or more, the adapters that PASS are named on one line instead of one each."""
     shared = shared_notes(rows)
-    lines = [_fill(f"{r.label}: {verdict_label(r)} — {reason_of(r, skip=shared)}", width) for r in rows]
+    many = len(rows) >= MANY
+    told = [r for r in rows if not many or verdict_label(r) != "PASS"]
+    lines = [_fill(f"{r.label}: {verdict_label(r)} — {reason_of(r, skip=shared)}", width) for r in told]
+    passed = [r.label for r in rows if r not in told]
+    if passed:
+        lines.append(_fill(f"PASS ({len(passed)}): {', '.join(passed)} (each one's reasons: toolfid report, or --json)",
+                           width))
     if shared:
         lines.append(_fill(f"(every adapter: {'; '.join(shared)})", width))
     return "\n".join(lines)
 
 
 def verdicts(rows: Sequence[RunRow], base_valid: float | None = None, width: int | None = None) -> str:
-    """The table, its legend, the reasons."""
+    """The table, its legend, the reasons; with :data:`MANY` adapters or more, worst first."""
+    rows = worst_first(rows) if len(rows) >= MANY else list(rows)
     table = format_verdict_table(list(rows), base_valid, width=width, reasons=False)
     return f"{table}\n{legend(rows, width)}\n\n{reasons(rows, width)}"
 

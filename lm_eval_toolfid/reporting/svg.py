@@ -75,6 +75,39 @@ def grouped_bars(title: str, categories: Sequence[str], series: Sequence[tuple[s
     return _svg(max(width, lx + 10, left + 8 * len(title)), height, title, body)
 
 
+def interval_rows(title: str, labels: Sequence[str], values: Sequence[float], intervals: Sequence[tuple[float, float]
+                  | None], lo: float = -1.0, hi: float = 1.0, marks: Sequence[tuple[str, float]] = ()) -> str:
+    """One row per label, in the order given: a dot at its value and its interval as a whisker, on one horizontal axis
+    (a forest plot: readable at a hundred rows, where bars are not); ``marks``: labelled vertical lines (0, a floor)."""
+    left = min(260, 12 + 7 * max([len(label) for label in labels] or [4]))
+    right, top, row_h, axis_w = 16, 34, 14, 420
+    height = top + row_h * max(1, len(labels)) + 24
+    width = left + axis_w + right
+
+    def x(v: float) -> float:
+        return left + axis_w * (min(max(v, lo), hi) - lo) / (hi - lo)
+
+    body = [f'<text x="8" y="16" font-size="13" font-weight="bold">{esc(title)}</text>']
+    for i in range(5):
+        v = lo + (hi - lo) * i / 4
+        body.append(f'<line x1="{x(v):.1f}" x2="{x(v):.1f}" y1="{top - 6}" y2="{height - 22}" stroke="#eee"/>'
+                    f'<text x="{x(v):.1f}" y="{height - 8}" text-anchor="middle">{v:g}</text>')
+    for name, v in marks:
+        body.append(f'<line x1="{x(v):.1f}" x2="{x(v):.1f}" y1="{top - 10}" y2="{height - 22}" stroke="#b22" '
+                    f'stroke-dasharray="{"" if v == 0 else "4 3"}"/><text x="{x(v) + 3:.1f}" y="{top - 12}" '
+                    f'fill="#b22">{esc(name)}</text>')
+    for i, (label, value) in enumerate(zip(labels, values)):
+        cy = top + row_h * i + row_h / 2
+        body.append(f'<text x="{left - 6}" y="{cy + 4:.1f}" text-anchor="end">{esc(label)}</text>')
+        interval = intervals[i] if i < len(intervals) else None
+        if interval:
+            body.append(f'<path class="ci" d="M{x(interval[0]):.1f},{cy:.1f}H{x(interval[1]):.1f}" stroke="#222"/>')
+        body.append(f'<circle class="dot" cx="{x(value):.1f}" cy="{cy:.1f}" r="3.5" fill="{PALETTE[1]}">'
+                    f"<title>{esc(label)}: {value:.3f}"
+                    f"{f' ({interval[0]:.3f} to {interval[1]:.3f})' if interval else ''}</title></circle>")
+    return _svg(width, height, title, body)
+
+
 def null_strip(title: str, values: Sequence[float], marks: Sequence[tuple[str, float]],
                lo: float = 0.0, hi: float = 1.0, width: int = 640) -> str:
     """The null runs as dots on a line (plus mean ± std), each adapter marked by a labelled tick."""
