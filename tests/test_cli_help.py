@@ -112,12 +112,17 @@ def test_lm_eval_spellings_are_accepted_where_toolfid_has_the_option():
                                            "toolfid gate --help"),
     (["gate", "runs", "--junt", "j.xml"], "toolfid gate: error: unrecognized option --junt; did you mean --junit?"),
     (["rn", "--base", "y"], "toolfid: error: unknown command 'rn'; did you mean run?"),
-    (["run", "--base", "y"], "toolfid: error: give the adapters to evaluate: --adapter [LABEL=]DIR (repeatable) or "
-                             "--adapters-from DIR_OR_FILE"),
 ])
 def test_a_usage_error_is_one_line_naming_the_closest_option_and_exits_4(argv, line, capsys):
     code, out, err = _exit(argv, capsys)
     assert code == 4 and out == "" and err == line + "\n"
+
+
+def test_a_run_without_adapters_says_how_to_give_them_and_exits_4(capsys):
+    assert main(["run", "--base", "y"]) == 4
+    out, err = capsys.readouterr()
+    assert out == "" and err == ("toolfid: error: give the adapters to evaluate: --adapter [LABEL=]DIR (repeatable) "
+                                 "or --adapters-from DIR_OR_FILE\n")
 
 
 def test_run_help_groups_its_options_and_says_what_null_runs_costs(capsys):
