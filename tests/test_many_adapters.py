@@ -70,6 +70,8 @@ def test_a_run_over_a_folder_of_adapters_names_each_view_after_its_folder(tmp_pa
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)["adapters"]
     assert sorted(report) == ["again", "broken", "faithful", "hallucinating", "prose_after_results"]
+    # --verbose states the adapters' memory; all but the first read into the engine's store (no PEFT load_adapter)
+    assert "adapters: 5 gathered per LoRA layer (4 read into the engine's store" in proc.stderr, proc.stderr
 
     def answers(folder: Path) -> dict:
         return {s["doc"]["id"]: s["resps"] for s in map(json.loads, (folder / "samples.jsonl").read_text().splitlines())}

@@ -131,6 +131,10 @@ class ModelSession:
             with unreadable_weights(path):
                 self.lm.attach_adapter(label, path)  # read for the engine where it can: milliseconds, no PEFT walk
             self.adapters[label], self._names[label] = path, label
+        if others:
+            held = self.lm.adapter_memory()  # the gathered stack built before any batch is sized
+            if held and progress is not None and self.verbose:
+                progress.message(held)
         return self
 
     @property

@@ -312,6 +312,33 @@ class ToolfidHFLM(HFLM):
                 if store.active == name:
                     store.active = None
 
+    def adapter_memory(self) -> str | None:
+        """The adapters' memory in one line, the gathered LoRA stack built now (so the batch estimate that follows
+        sees it): how many the engine's store holds and their bytes, the stack's bytes and device. None where the
+        engine does not gather them (PEFT computes the rows)."""
+        from lm_eval_toolfid.engine.adapter_store import store_of
+        from lm_eval_toolfid.engine.lora_batch import lora_layers, lora_stack, stack_unsupported
+
+        layers = lora_layers(self.model)
+        if not self.use_engine or not layers or stack_unsupported(self.model, layers) is not None:
+            return None
+        stack = lora_stack(self.model, layers)
+        store = store_of(self.model)
+        stored = list(store.adapters.values()) if store is not None else []
+        seen: set[int] = set()
+        stored_bytes = 0
+        for adapter in stored:  # identical files share their tensors: counted once
+            for a, b, _ in adapter.modules.values():
+                for t in (a, b):
+                    if id(t) not in seen:
+                        seen.add(id(t))
+                        stored_bytes += t.numel() * t.element_size()
+        stack_bytes = sum(t.numel() * t.element_size() for layer in stack.layers.values()
+                          for group in layer.groups for t in (group.A, group.B))
+        return (f"adapters: {len(stack.names)} gathered per LoRA layer ({len(stored)} read into the engine's store, "
+                f"{stored_bytes / 2**20:.1f} MiB on the host; the gathered stack {stack_bytes / 2**20:.1f} MiB on "
+                f"{stack.device}, rank classes {', '.join(map(str, stack.classes))})")
+
     def joint_unsupported(self, names: list[str]) -> str | None:
         """Why these adapters cannot share a batch (:func:`~lm_eval_toolfid.integrations.lm_eval.joint.joint_unsupported`,
         the engine's stored adapters counted as loaded)."""
