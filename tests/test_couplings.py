@@ -150,7 +150,8 @@ def test_peft_mixed_batch_layers_take_the_rows_adapters_from_the_engines_hooks()
 
     from lm_eval_toolfid.cases.bundled import fixture_paths
     from lm_eval_toolfid.engine.config import EngineStats
-    from lm_eval_toolfid.engine.model_runner import ModelFit, ModelRunner, mixed_batch_layers
+    from lm_eval_toolfid.engine.model_runner import ModelFit, ModelRunner
+    from lm_eval_toolfid.engine.routing import mixed_batch_layers
 
     fix = fixture_paths()
     where = _version("peft")
@@ -170,9 +171,9 @@ def test_peft_mixed_batch_layers_take_the_rows_adapters_from_the_engines_hooks()
         runner = ModelRunner(model, ModelFit.of(model), 0, EngineStats(), fold_gqa=False)
         peft_logits = runner.forward(ids, mask, positions, None, 1, views=views)  # PEFT's adapter_names= per pass
         with runner.routing(views, stack=False) as stacked:  # PEFT's mixed batch (the stacked one: test_lora_batch)
-            assert runner._routed and not stacked
+            assert runner.adapters._hooked and not stacked
             ours = runner.forward(ids, mask, positions, None, 1, views=views)
-        assert not runner._routed and not any(m._forward_pre_hooks for m in layers)  # nothing left behind
+        assert not runner.adapters._hooked and not any(m._forward_pre_hooks for m in layers)  # nothing left behind
     assert torch.equal(ours, peft_logits), f"{where}: hooked mixed batch differs from adapter_names="
     assert not torch.equal(ours[0], ours[1]) and not torch.equal(ours[1], ours[2])  # each row ran its own adapter
 

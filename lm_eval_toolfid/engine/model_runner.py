@@ -7,16 +7,12 @@ from __future__ import annotations
 import contextlib
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-from lm_eval_toolfid.engine.adapter_store import store_of, stored_names
 from lm_eval_toolfid.engine.config import EngineStats
-from lm_eval_toolfid.engine.lora_batch import BatchedLora, lora_layers, lora_stack, say_once, stack_unsupported
+from lm_eval_toolfid.engine.lora_batch import BatchedLora
 from lm_eval_toolfid.engine.masks import prepared_mask
-
-
-BASE_VIEW = "__base__"
-"""PEFT's name for "no adapter" in a mixed batch (``adapter_names``): the row gets the base layer's output only."""
+from lm_eval_toolfid.engine.routing import AdapterRouting
 
 
 class EngineUnsupported(Exception):
@@ -41,17 +37,6 @@ def _forward_params(model: Any) -> Any:
 def _cache_arg(params: Any) -> str:
     # transformers 5.24 renamed forward's past_key_values to cache (the old name deprecated until 5.40)
     return "cache" if "cache" in params else "past_key_values"
-
-
-def mixed_batch_layers(model: Any) -> list[Any]:
-    """The modules PEFT hands ``adapter_names`` to in a mixed batch (its LoRA layers and auxiliary training
-    wrappers, as ``LoraModel._enable_peft_forward_hooks`` finds them); none for a model without PEFT."""
-    try:
-        from peft.tuners.lora import LoraLayer
-        from peft.utils import AuxiliaryTrainingWrapper
-    except ImportError:
-        return []
-    return [m for m in model.modules() if isinstance(m, (LoraLayer, AuxiliaryTrainingWrapper))]
 
 
 def engine_unsupported(model: Any) -> str | None:
@@ -114,13 +99,8 @@ class ModelRunner:
         first = next(model.parameters())
         self.device, self.dtype = first.device, first.dtype
         self.config = text_config(model)
-        self._routed = False
-        """:meth:`routing` holds hooks on the LoRA layers: a pass hands them its rows' adapters (:attr:`_row_views`)
-        instead of PEFT's ``adapter_names=`` argument."""
-        self._row_views: list[str] | None = None
-        self.lora: BatchedLora | None = None
-        """While :meth:`routing` runs the rows' adapters through the stacked LoRA computation
-        (:mod:`~lm_eval_toolfid.engine.lora_batch`): a pass names its rows there."""
+        self.adapters = AdapterRouting(model)
+        """How each pass's rows reach their adapters (:mod:`~lm_eval_toolfid.engine.routing`)."""
         if self.device.type == "cpu" and fold_gqa:
             from lm_eval_toolfid.engine.attention import folded_gqa_attention
 
@@ -128,25 +108,20 @@ class ModelRunner:
         else:
             self.attention = contextlib.nullcontext
 
-    lora: BatchedLora | None = None
-    """The stacked LoRA computation while :meth:`routing` runs one (else None)."""
-    run_views: tuple[str | None, ...] = ()
-    """A joint run's views while :meth:`routing` runs it: ``view_index`` values index this tuple."""
-    _view_stack: Any = None
-    """``run_views`` as the stack's adapter indices, ``[views]`` on the device (made once per run)."""
+    @property
+    def lora(self) -> BatchedLora | None:
+        """The gathered LoRA computation while :meth:`routing` runs one (else None)."""
+        return self.adapters.lora
 
     @property
     def routes_on_device(self) -> bool:
-        """Whether a joint pass's adapter routing reads each row's adapter from a device tensor (``view_index``), so
-        a captured decode step can hold it: the stacked LoRA computation does. PEFT's mixed batch
-        (``adapter_names``) builds index lists on the host on every pass, which a CUDA graph cannot hold: joint runs
-        then step eagerly (:mod:`~lm_eval_toolfid.engine.step_graphs`)."""
-        return self.lora is not None and self._view_stack is not None
+        """Whether a joint pass's rows are routed from a device tensor of run-view ids (:attr:`AdapterRouting.on_device`:
+        a captured decode step can hold it)."""
+        return self.adapters.on_device
 
     def view_ids(self, views: Sequence[str | None]) -> Any:
-        """A pass's rows' views as ``view_index`` takes them: their indices in :attr:`run_views`, ``[rows]`` on the
-        device (made with the pass's other inputs, before :meth:`forward`)."""
-        return self.torch.tensor([self.run_views.index(v) for v in views], dtype=self.torch.long).to(self.device)
+        """A pass's rows' views as their run-view ids, ``[rows]`` on the device (:meth:`forward`'s ``view_index``)."""
+        return self.adapters.run_view_ids(views)
 
     def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any, keep: int,
                 step: bool = False, views: Sequence[str | None] | Any = None, *, padded: bool = True,
@@ -176,15 +151,7 @@ class ModelRunner:
         if views is not None:
             if len(views) != rows:
                 raise ValueError(f"a joint pass of {rows} rows names {len(views)} views")
-            if self.lora is not None:  # on the device when the pass's inputs carry the rows' views (no host copy)
-                on_device = view_index is not None and self._view_stack is not None
-                self.lora.select(self._view_stack.index_select(0, view_index) if on_device else views)
-            else:
-                names = [BASE_VIEW if v is None else v for v in views]
-                if self._routed:
-                    self._row_views = names
-                else:
-                    kwargs["adapter_names"] = names
+            kwargs.update(self.adapters.route(views, view_index))
         mask = prepared_mask(self.config, attention_mask, q, padded, self.dtype)
         with self.attention():
             out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
@@ -195,88 +162,14 @@ class ModelRunner:
         return logits.float()
 
     def view_index(self, views: Sequence[str | None]) -> Any:
-        """The rows' adapters as :meth:`forward` may take them on a stacked run: a ``[rows]`` long tensor on the
-        device (a caller that keeps it there, moving it with its rows, sends nothing to the device per pass)."""
-        if self.lora is None:
-            raise RuntimeError("no stacked LoRA computation is installed")
-        return self.lora.index(views)
+        """The rows' adapters as the gathered computation indexes them (their stack indices, not run-view ids), a
+        ``[rows]`` long tensor on the device."""
+        return self.adapters.stack_index(views)
 
-    @contextlib.contextmanager
-    def routing(self, views: Iterable[str | None] | None, stack: bool = True) -> Iterator[bool]:
-        """While a run lasts, the LoRA computation of its adapter rows; yields whether it is the stacked one.
-
-        ``views``: a joint run's views (None: not a joint run; the rows run on the model as it is). ``stack`` (the
-        engine's ``stack_lora``): every adapter of the model in one computation per LoRA layer
-        (:mod:`~lm_eval_toolfid.engine.lora_batch`), for a joint run's rows and for a view of one active adapter
-        alone, so the two compute alike. Where the stack cannot represent the adapters exactly (said once in the
-        log), or ``stack`` is off, a joint run's rows go through PEFT's mixed batch: each LoRA layer gets the rows'
-        adapters from a pre-forward hook registered once, where PEFT's ``adapter_names=`` argument does the same per
-        pass through ``_enable_peft_forward_hooks`` (two walks over every module and a hook registered and removed on
-        every LoRA layer, every pass); the layers receive the same ``adapter_names`` either way. An adapter name no
-        LoRA layer has is refused as PEFT refuses it."""
-        layers = mixed_batch_layers(self.model) if views is not None else []
-        if views is not None and layers:
-            known = {name for layer in layers for name in (*getattr(layer, "lora_A", {}),
-                                                           *getattr(layer, "lora_embedding_A", {}))}
-            unknown = {v for v in views if v is not None} - known - set(stored_names(self.model))
-            if unknown:
-                raise ValueError(f"Trying to infer with non-existing adapter(s): {', '.join(sorted(unknown))}")
-        batched, uniform = self._stacked(views) if stack else (None, None)
-        store = store_of(self.model)
-        if batched is None and store is not None and store.adapters:  # PEFT computes these rows: it must hold them
-            lora = lora_layers(self.model)
-            alone = [store.active] if store.active and not any(m.disable_adapters for m in lora) else []
-            store.materialize(self.model, [v for v in views if v is not None] if views is not None else alone)
-        if batched is not None:
-            with batched.installed():
-                self.lora = batched
-                if views is not None:
-                    self.run_views = tuple(views)
-                    self._view_stack = batched.index(self.run_views)
-                if uniform is not None:  # one adapter's view: every row runs it
-                    batched.select(batched.index([uniform]))
-                try:
-                    yield True
-                finally:
-                    self.lora, self.run_views, self._view_stack = None, (), None
-            return
-        handles = [layer.register_forward_pre_hook(self._hand_views, with_kwargs=True) for layer in layers]
-        self._routed = bool(handles)
-        try:
-            yield False
-        finally:
-            for handle in handles:
-                handle.remove()
-            self._routed, self._row_views = False, None
-
-    def _stacked(self, views: Iterable[str | None] | None) -> tuple[BatchedLora | None, str | None]:
-        """The stacked computation for this run (None where PEFT computes it), and the adapter every row runs when
-        the run is one adapter's view."""
-        layers = lora_layers(self.model)
-        if not layers:
-            return None, None
-        uniform = None
-        if views is None:
-            if any(m.disable_adapters for m in layers):  # the base alone: PEFT's forward adds nothing
-                return None, None
-            store = store_of(self.model)
-            active = [store.active] if store is not None and store.active else list(layers[0].active_adapters)
-            if len(active) != 1:
-                say_once(f"{len(active)} adapters active at once: their rows computed by PEFT's forward")
-                return None, None
-            uniform = active[0]
-        why = stack_unsupported(self.model, layers)
-        if why is not None:
-            say_once(f"adapter rows computed by PEFT, one adapter at a time: {why}")
-            return None, None
-        stack = lora_stack(self.model, layers)
-        if uniform is not None and uniform not in stack.index:
-            return None, None
-        return BatchedLora(stack, layers, [uniform] if uniform is not None else views), uniform
-
-    def _hand_views(self, module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        kwargs["adapter_names"] = self._row_views
-        return args, kwargs
+    def routing(self, views: Iterable[str | None] | None, stack: bool = True) -> Any:
+        """While a run lasts, the LoRA computation of its adapter rows (:meth:`AdapterRouting.run`); yields whether
+        it is the gathered one."""
+        return self.adapters.run(views, stack)
 
     def pick(self, logits: Any, with_gaps: bool = True, out: Any = None) -> tuple[list[list[int]], list[list[float]]]:
         """Argmax and (``with_gaps``) top-two gap of every position: ([rows][positions], same). ``out``: a
