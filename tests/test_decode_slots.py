@@ -126,8 +126,11 @@ def test_rows_keep_their_own_columns_through_joins_steps_moves_and_trims(seed: i
 def test_pick_gives_argmax_and_the_top_two_gap_ties_and_nan_included(dtype: str) -> None:
     from lm_eval_toolfid.engine.model_runner import ModelRunner
 
-    runner = ModelRunner.__new__(ModelRunner)  # pick reads nothing of the model
+    from types import SimpleNamespace
+
+    runner = ModelRunner.__new__(ModelRunner)  # pick reads nothing of the model, only whether LoRA rows are routed
     runner.torch = torch
+    runner.adapters = SimpleNamespace(lora=None)
     gen = torch.Generator().manual_seed(0)
     for trial in range(40):
         logits = torch.randint(0, 4, (6, 3, 40), generator=gen).to(getattr(torch, dtype)).float()  # ties everywhere

@@ -146,3 +146,49 @@ def test_a_hundred_adapters_stay_readable_worst_first(tmp_path: Path) -> None:
     plot = page[page.index("20 adapters, worst first"):]
     assert plot.index(">ad01<") < plot.index(">ad00<")  # a FAIL row above a PASS row
     assert "floor -0.05" in plot
+
+
+def test_a_whole_run_of_eight_adapters_costs_about_the_calls_of_one(tmp_path: Path, monkeypatch) -> None:
+    """The base view and 8 B = 0 adapter views (each verifying the base's tokens) make within 30% of the aten calls
+    of the base view and one adapter view, counted on the CPU the way a GPU runs them (the KV store's indexed copies:
+    one copy per source buffer, not per row): per-row work is batched, so a view costs its rows' arithmetic, not
+    its own launches."""
+    import sys
+
+    import torch
+
+    import lm_eval_toolfid.engine.kv_store as kv_store
+    from lm_eval_toolfid.engine.step_cost import call_counter
+    from lm_eval_toolfid.run.plan import ModelOptions, RunPlan
+    from lm_eval_toolfid.run.session import ModelSession
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from bench_joint_views import make_adapters, quiet
+
+    init = kv_store.KVStore.__init__
+
+    def gpu_like(self, *args, **kwargs):  # noqa: ANN001, ANN202
+        init(self, *args, **kwargs)
+        self.indexed_copies = True
+
+    monkeypatch.setattr(kv_store.KVStore, "__init__", gpu_like)
+    monkeypatch.setenv("TOOLFID_HOME", str(tmp_path / "home"))
+    adapters = make_adapters(FIX["base"], 8, tmp_path / "adapters", zero=True)
+    calls = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for n in (1, 8):
+            chosen = dict(list(adapters.items())[:n])
+            plan = RunPlan(base=FIX["base"], adapters=chosen, task=FIXTURE_TASK, models=ModelOptions(device="cpu"),
+                           limit=12, verbose=False)
+            session = ModelSession(FIX["base"], plan.models, progress=quiet(), verbose=False).load(chosen)
+            list(session.evaluate([plan.base_view()], plan))  # warm: the stack built, the first passes made
+            with call_counter() as counter:
+                results = list(session.evaluate([plan.base_view(), *plan.adapter_views()], plan))
+            answers = [{s["doc"]["id"]: s["resps"] for s in r.samples} for r in results]
+            assert all(a == answers[0] for a in answers[1:])  # every B = 0 view changed no output
+            calls[n] = counter.calls
+    finally:
+        torch.set_num_threads(threads)
+    assert calls[8] <= 1.3 * calls[1], calls

@@ -35,12 +35,9 @@ class DraftVerifier:
         cap = T + min(max(len(row.draft) for row in rows), self.config.first_chunk)
         kv = store.alloc(group[0].kv.kv, len(rows), cap)
         starts = [T - len(row.prompt) for row in rows]
-        for j, d in enumerate(group):
-            store.place(kv, j, starts[j], d.kv)
+        store.place_many(kv, [(j, starts[j], d.kv) for j, d in enumerate(group)])  # a GPU: one copy per source
         layers = store.layers(kv, T)
-        mask = torch.zeros((len(rows), T), dtype=torch.long)
-        for j, start in enumerate(starts):
-            mask[j, start:] = 1
+        mask = torch.tensor([[0] * start + [1] * (T - start) for start in starts], dtype=torch.long)
         fed = [0] * len(rows)  # draft tokens in the cache
         members, again = list(range(len(rows))), list(range(len(rows)))
         chunk = self.config.first_chunk
@@ -52,12 +49,9 @@ class DraftVerifier:
             C = min(max(len(rows[r].draft) - fed[r] for r in todo), chunk)
             chunk = self.chunk(len(todo))  # the first chunk probes; the next ones take the rest
             width = mask.shape[1]
-            ids = torch.full((len(todo), C), runner.pad_id, dtype=torch.long)
-            cmask = torch.zeros((len(todo), C), dtype=torch.long)
-            for j, r in enumerate(todo):
-                c = list(rows[r].draft[fed[r]:fed[r] + C])
-                ids[j, :len(c)] = torch.tensor(c, dtype=torch.long)
-                cmask[j, :len(c)] = 1
+            chunks = [list(rows[r].draft[fed[r]:fed[r] + C]) for r in todo]  # one tensor each, not a copy a row
+            ids = torch.tensor([c + [runner.pad_id] * (C - len(c)) for c in chunks], dtype=torch.long)
+            cmask = torch.tensor([[1] * len(c) + [0] * (C - len(c)) for c in chunks], dtype=torch.long)
             mask = torch.cat([mask, cmask], dim=1)
             start = torch.tensor([len(rows[r].prompt) + fed[r] for r in todo], dtype=torch.long)
             positions = start[:, None] + torch.arange(C)[None, :]
@@ -67,13 +61,13 @@ class DraftVerifier:
             views = [rows[r].view for r in todo] if self.context.joint else None
             index = runner.view_ids(views) if views is not None and runner.routes_on_device else None
             logits = runner.forward(ids.to(device), mask.to(device), positions.to(device), store.cache(layers), C,
-                                    views=views, padded=not bool(mask.all()), tokens=int(cmask.sum()),
+                                    views=views, padded=not bool(mask.all()), tokens=sum(map(len, chunks)),
                                     view_index=index)
             best, gaps = runner.pick(logits)
             del logits
             states: list[tuple[RowState, LiveRow, KVRef]] = []
             for j, r in enumerate(todo):
-                n = int(cmask[j].sum())
+                n = len(chunks[j])
                 fed[r] += n
                 live = lives[r]
                 state = accept_predictions(live, list(zip(best[j][:n], gaps[j][:n])), verified=True,

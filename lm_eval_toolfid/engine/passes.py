@@ -38,17 +38,15 @@ def run_pass(runner: ModelRunner, store: KVStore, entries: Sequence[PassEntry], 
     P = max(e.depth for e in entries)
     S = max(len(e.tokens) for e in entries)
     B = len(entries)
-    ids = torch.full((B, S), runner.pad_id, dtype=torch.long)
-    mask = torch.zeros((B, P + S), dtype=torch.long)
-    positions = torch.zeros((B, S), dtype=torch.long)
+    id_rows, mask_rows, position_rows = [], [], []  # built on the host as lists: one tensor each, not a copy a row
     spans: list[tuple[tuple[int, int], ...]] = []
-    for r, e in enumerate(entries):
+    for e in entries:
         p, n = e.depth, len(e.tokens)
-        ids[r, S - n:] = torch.tensor(list(e.tokens), dtype=torch.long)
-        mask[r, P - p:P] = 1
-        mask[r, P + S - n:] = 1
-        positions[r, S - n:] = torch.arange(p, p + n)
+        id_rows.append([runner.pad_id] * (S - n) + list(e.tokens))
+        mask_rows.append([0] * (P - p) + [1] * p + [0] * (S - n) + [1] * n)
+        position_rows.append([0] * (S - n) + list(range(p, p + n)))
         spans.append(((P - p, p),) * bool(p) + ((P + S - n, n),))
+    ids, mask, positions = (torch.tensor(rows, dtype=torch.long) for rows in (id_rows, mask_rows, position_rows))
     if P == 0:
         cache = store.empty_cache(S)
     else:
