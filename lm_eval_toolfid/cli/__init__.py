@@ -13,6 +13,9 @@ import sys
 import warnings
 from typing import NoReturn, Sequence
 
+if (os.environ.get("WORLD_SIZE") or "1") != "1":  # under a launcher: a rank that cannot reach the others is one line
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")  # (exit 6), not torch's C++ retry log and stack frames
+
 from lm_eval_toolfid.cli import (
     calibrate,
     check,

@@ -45,28 +45,58 @@ class RunCommand:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Plan (every argument parsed and checked), run the plan's views, report them, exit."""
+    """Plan (every argument parsed and checked), run the plan's views, report them, exit. Under a launcher
+    (``torchrun``: :mod:`lm_eval_toolfid.run.ranks`) every rank runs the views on its share of the cases; rank 0
+    alone holds the folder, reports and decides the exit code, which every rank returns."""
+    from lm_eval_toolfid.run.ranks import from_main, join, leave, ranks_from_env
+
+    ranks = ranks_from_env()
     command = plan_command(args)
-    with output_lock(command.plan.out_dir):  # one run writes a folder at a time
-        return _run_command(command)
+    if ranks.several:
+        if not isinstance(command.plan.models, ModelOptions):
+            raise ToolfidError(f"{ranks.world} ranks: --server and --backend vllm scale with the server's or vLLM's own "
+                               "parallelism (vLLM: --vllm-arg tensor_parallel_size=N or data_parallel_size in its "
+                               "server); run toolfid once, without a launcher")
+        join(ranks, cuda=_cuda_ranks(command.plan.models))
+    try:
+        if not ranks.main:
+            _run_command(command, ranks)
+            return from_main(ranks, lambda: 0)
+        with output_lock(command.plan.out_dir):  # one run writes a folder at a time
+            code = _run_command(command, ranks)
+        return from_main(ranks, lambda: code)
+    finally:
+        leave(ranks)
 
 
-def _run_command(command: RunCommand) -> int:
+def _cuda_ranks(models: ModelOptions) -> bool:
+    """Whether the ranks run on CUDA devices (each its ``cuda:LOCAL_RANK``): NCCL between them, else gloo."""
+    import torch
+
+    return (models.device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
+
+
+def _run_command(command: RunCommand, ranks: Any = None) -> int:
     from lm_eval_toolfid.reporting.progress import Progress
+    from lm_eval_toolfid.run.ranks import Ranks
     from lm_eval_toolfid.run.runner import run_plan
     from lm_eval_toolfid.serving.client import ServerAuthError, ServerError
 
+    ranks = ranks or Ranks()
     plan = command.plan
-    progress = Progress(plan.progress_labels(), live=False if plan.verbose else None)
+    progress = Progress(plan.progress_labels(), live=False if plan.verbose else None, enabled=ranks.main)
     progress.estimate = plan.verbose  # after the first view: the rest at its pace
+    progress.ranks = ranks.world
     try:
-        base_view, adapter_views = run_plan(plan, progress=progress)  # the session the plan's models call for
+        base_view, adapter_views = run_plan(plan, progress=progress, ranks=ranks)  # the session the models call for
     except (KeyboardInterrupt, ServerError) as exc:
         progress.close()
         _stopped(command, exc)
         if isinstance(exc, ServerAuthError):  # served: a refused key (401/403), exit 7
             return exc.exit_code
         return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_SERVER
+    if not ranks.main:  # rank 0 reports and decides the exit code
+        return 0
     return _finish(command, base_view, adapter_views)
 
 

@@ -51,6 +51,8 @@ class Progress:
         first view of a group does the decoding of all, the others take their answers from it."""
         self.together_verb = "decoded"
         """What a group's first view did for all (``asked``: a server's requests sent in one pool)."""
+        self.ranks = 1
+        """A launcher's ranks (``torchrun``): each generates its share of every view's cases."""
         self.estimate = False
         """After the first view, say how long the rest should take at its pace (``toolfid run --verbose``)."""
         self._estimated = False
@@ -90,7 +92,9 @@ class Progress:
         known."""
         reused = len(self.views) - self.to_generate_views
         views = f"{self.to_generate_views} view{'' if self.to_generate_views == 1 else 's'}"
-        return (f"{self.cases_per_view} cases × {views} to run ({', '.join(self.views)}"
+        cases = f"{self.cases_per_view} cases" if self.ranks == 1 else \
+            f"{self.cases_per_view} cases a rank on {self.ranks} ranks"
+        return (f"{cases} × {views} to run ({', '.join(self.views)}"
                 f"{f'; {reused} reused' if reused else ''})")
 
     def estimate_line(self, seconds: float, cases: int) -> str | None:

@@ -124,6 +124,8 @@ class FolderState:
     calibration: dict[str, Any] | None = None
     """``--null-runs``: what the calibration is made from (its manifest); None without one."""
     calibration_reused: bool = False
+    main: bool = True
+    """This process saves what it computes (rank 0 of a launcher's, or the only one)."""
 
     def todo(self, views: Iterable[View]) -> list[View]:
         """The views of ``views`` still to compute."""

@@ -16,6 +16,7 @@ from typing import Any, Iterator, Protocol, Sequence
 from lm_eval_toolfid.calibration.nulls import CalibrationSpec
 from lm_eval_toolfid.reporting.view_store import ViewResult, save_view
 from lm_eval_toolfid.run.plan import RunPlan, ServedOptions, View, VllmOptions
+from lm_eval_toolfid.run.ranks import Ranks, from_main
 from lm_eval_toolfid.run.resume import FolderState, keep_calibration, read_folder
 from lm_eval_toolfid.scoring import engine_noise
 from lm_eval_toolfid.scoring.engine_noise import EngineCheck
@@ -60,16 +61,20 @@ def open_session(plan: RunPlan, progress: Any = None) -> ViewSession:
     return ModelSession(plan.base, plan.models, progress, plan.verbose)
 
 
-def run_plan(plan: RunPlan, session: ViewSession | None = None,
-             progress: Any = None) -> tuple[ViewResult, list[ViewResult]]:
+def run_plan(plan: RunPlan, session: ViewSession | None = None, progress: Any = None,
+             ranks: Ranks | None = None) -> tuple[ViewResult, list[ViewResult]]:
     """The base view and every adapter view of ``plan`` (``session`` default: :func:`open_session`'s); what
     needs no session was checked when the plan was made (``toolfid run``: a calibration's adapters,
     :func:`lm_eval_toolfid.calibration.adapters.check_shared_calibration`), what needs one is checked here, before any view runs.
     With ``plan.resume``, views (and a calibration) saved with the same manifest are reused; when every view is, no
-    model is loaded at all."""
+    model is loaded at all. ``ranks`` (a launcher's: :mod:`lm_eval_toolfid.run.ranks`): every rank runs every view on
+    its share of the cases; rank 0 reads the folder (every rank follows its decision) and saves."""
+    ranks = ranks or Ranks()
     session = session or open_session(plan, progress)
     session.check(plan)
-    state = read_folder(plan, session.manifest_args, progress)  # the folder asked once: what is done, what to do
+    # the folder asked once (by rank 0): what is done, what to do
+    state = from_main(ranks, lambda: read_folder(plan, session.manifest_args, progress))
+    state.main = ranks.main
     base_view, adapter_views = plan.base_view(), plan.adapter_views()
     if plan.calibration is None or state.calibration_reused:  # every view at once: a session may decode them together
         todo = state.todo([base_view, *adapter_views])
@@ -78,7 +83,8 @@ def run_plan(plan: RunPlan, session: ViewSession | None = None,
         _evaluate(session, todo, plan, state, progress)
         session.calibrate(plan.calibration, plan)
         assert state.calibration is not None
-        keep_calibration(plan.calibration, state.calibration)
+        if state.main:
+            keep_calibration(plan.calibration, state.calibration)
         todo = state.todo(adapter_views)
     _evaluate(session, todo, plan, state, progress)
     base, adapters = state.done["base"], [state.done[label] for label in plan.adapters]
@@ -105,7 +111,7 @@ def check_engine(session: ViewSession, plan: RunPlan, base: ViewResult, state: F
     if progress is not None:
         progress.view_finished(view.label, len(again.samples))
     check = engine_noise.compare_runs(first, engine_noise.sample_texts(again.samples))
-    if path is not None:
+    if path is not None and state.main:
         engine_noise.write_check(path, check, first, manifest)
     return check
 
@@ -115,7 +121,7 @@ def _evaluate(session: ViewSession, views: list[View], plan: RunPlan, state: Fol
     if not views:
         return
     for result in session.evaluate(views, plan):  # run to its end: a session tidies up after each saved view
-        if plan.out_dir is not None:
+        if plan.out_dir is not None and state.main:
             result.path = save_view(result, plan.out_dir, manifest=state.manifests[result.label])
         if progress is not None:
             progress.view_finished(result.label, len(result.samples))

@@ -228,7 +228,7 @@ class ModelSession:
         they pair with must exist (the base view ran)."""
         together = self._nulls_together(spec, nulls, task, metadata)
         if together is not None:
-            return write_fit(together, task, spec.out)
+            return write_fit(together, task, spec.out) if self._main else None
         from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
         from safetensors.torch import load_file
 
@@ -241,14 +241,21 @@ class ModelSession:
                 state = load_file(str(path / "adapter_model.safetensors"))
                 set_peft_model_state_dict(self.peft_model, state, adapter_name="default")
                 view = self.evaluate_current(View(path.name, str(path), dict(metadata)), task)
+                if not self._main:  # a launcher's rank: its cases were gathered to rank 0, which fits
+                    continue
                 keep_null_view(spec, view)
                 if self.progress is not None:
                     self.progress.view_finished(view.label, len(view.samples))
                 results.append(view.results)
         finally:
             set_peft_model_state_dict(self.peft_model, real, adapter_name="default")
-        return write_fit(results, task, spec.out)
+        return write_fit(results, task, spec.out) if self._main else None
 
+
+    @property
+    def _main(self) -> bool:
+        """This process scores and writes (rank 0 of a launcher's ranks, or the only process)."""
+        return int(getattr(self.lm, "rank", 0) or 0) == 0
 
     def _nulls_together(self, spec: CalibrationSpec, nulls: list[Path], task: str,
                         metadata: Mapping[str, Any]) -> list[dict[str, Any]] | None:
@@ -274,6 +281,8 @@ class ModelSession:
                         joint.current = view.label
                     self.activate(view.label)
                     result = self.evaluate_current(view, task)
+                    if not self._main:
+                        continue
                     keep_null_view(spec, result)
                     if self.progress is not None:
                         self.progress.view_finished(result.label, len(result.samples))

@@ -57,9 +57,18 @@ def evaluate_view(lm: Any, model_args: dict[str, Any], view: View, task: str, li
         manager = TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
         out = simple_evaluate(model=lm, model_args=model_args, tasks=[task], task_manager=manager,
                               log_samples=True, bootstrap_iters=0, limit=limit)
+    ranks = int(getattr(lm, "world_size", 1) or 1)
+    if ranks > 1:  # a launcher's ranks: rank 0 has written what the next view reads (the base reference) first
+        lm.barrier()
+    if out is None and ranks > 1 and getattr(lm, "rank", 0) != 0:  # its cases gathered to rank 0, which scores them
+        return ViewResult(label=view.label, adapter=view.adapter, results={}, samples=[])
     if out is None:
         raise ToolfidError("lm-eval returned no results")
     samples = out.pop("samples", {}).get(task, [])
+    if ranks > 1:  # gathered rank by rank: in the cases' order, as one process writes them
+        samples.sort(key=lambda sample: sample.get("doc_id", 0))
+        for sample in samples:  # lm-eval pads a shorter share by asking its last request again (one answer more)
+            sample["resps"] = [list(r[:1]) if isinstance(r, list) else r for r in sample.get("resps", [])]
     return ViewResult(label=view.label, adapter=view.adapter, results=out, samples=samples)
 
 

@@ -170,6 +170,7 @@ class ToolfidHFLM(HFLM):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         graphs = kwargs.pop("cuda_graphs", False)
         super().__init__(*args, **kwargs)
+        self._share_cases()
         self.cuda_graphs = graphs in (True, 1, "on", "true", "True")
         """Model arg ``cuda_graphs`` (``toolfid run --cuda-graphs on``): decode steps captured and replayed on a CUDA
         device (:mod:`lm_eval_toolfid.engine.step_graphs`); elsewhere ignored, said in one line."""
@@ -207,6 +208,46 @@ class ToolfidHFLM(HFLM):
         self.joint: JointRun | None = None
         """Views evaluated together (set by the session): the first of them to generate computes the others'
         answers in the same engine run (:mod:`~lm_eval_toolfid.integrations.lm_eval.joint`)."""
+
+    def _share_cases(self) -> None:
+        """Under a launcher's ranks (``torchrun``: the process group joined) where HFLM does not split the cases
+        itself (it does so only with several GPUs, one per rank): each rank takes its share of every view's requests
+        (lm-eval's ``rank``/``world_size``) and lm-eval gathers the answers to rank 0, which scores them."""
+        import torch.distributed as dist
+
+        self._own_ranks = False
+        if self.world_size > 1 or not (dist.is_available() and dist.is_initialized()):
+            return
+        if dist.get_world_size() > 1:
+            self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
+            self._own_ranks = True
+
+    def all_gather(self, tensor: Any) -> Any:
+        """lm-eval's all-gather (each rank's request count): over the launcher's process group where the ranks are
+        this model's own (:meth:`_share_cases`), else HFLM's."""
+        if not getattr(self, "_own_ranks", False):
+            return super().all_gather(tensor)
+        import torch
+        import torch.distributed as dist
+
+        parts = [torch.zeros_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor)
+        return torch.stack(parts) if tensor.dim() == 0 else torch.cat(parts)
+
+    def gather_object(self, obj: Any, dst: int = 0) -> Any:
+        """lm-eval's gather of samples and metric values to rank 0, dealt back in the cases' order (as one process
+        has them: :func:`~lm_eval_toolfid.integrations.lm_eval.data_parallel.interleave_ranks`)."""
+        from lm_eval_toolfid.integrations.lm_eval.data_parallel import interleave_ranks
+
+        gathered = super().gather_object(obj, dst)
+        return interleave_ranks(gathered) if self.world_size > 1 and isinstance(gathered, list) else gathered
+
+    def barrier(self) -> None:
+        if not getattr(self, "_own_ranks", False):
+            return super().barrier()
+        import torch.distributed as dist
+
+        dist.barrier()
 
     # -- lm-eval entry point -----------------------------------------------------------------
 

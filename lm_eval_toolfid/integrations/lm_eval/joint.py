@@ -87,7 +87,7 @@ class JointRun:
         found = [held.get(s) for s in strings]
         if any(a is None or a.key != k for a, k in zip(found, keys)):
             return None
-        for s in strings:
+        for s in set(strings):  # a prompt asked twice (lm-eval's padding of a rank's share, two cases alike): once
             del held[s]
         return found  # type: ignore[return-value]
 
