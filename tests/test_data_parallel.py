@@ -53,6 +53,10 @@ def test_two_ranks_give_one_process_s_report_samples_and_exit_code(tmp_path: Pat
             (tmp_path / "one" / view / "samples.jsonl").read_bytes(), view
     assert "8 cases a rank on 2 ranks" in two.stderr and "[1/3] base: 15 cases" in two.stderr, two.stderr[-2000:]
     assert two.stderr.count("[1/3] base") == 1  # one progress display: rank 0's
+    # the folder two ranks wrote is one process's: --resume without a launcher reuses every view, loads nothing
+    again = toolfid_here([*_run_args(tmp_path / "two"), "--resume"], tmp_path / "home-two")
+    assert again.returncode == 1 and again.stderr.count("reusing") == 3, again.stderr[-2000:]
+    assert "computed again" not in again.stderr and "loading" not in again.stderr
 
 
 def test_a_rank_that_cannot_reach_the_others_is_exit_6_in_one_line(tmp_path: Path) -> None:
