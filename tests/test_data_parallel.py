@@ -59,6 +59,33 @@ def test_two_ranks_give_one_process_s_report_samples_and_exit_code(tmp_path: Pat
     assert "computed again" not in again.stderr and "loading" not in again.stderr
 
 
+@pytest.mark.slow
+def test_metrics_only_some_ranks_cases_emit_are_merged_as_one_process_has_them(tmp_path: Path) -> None:
+    """Four cases dealt to two ranks: a conversation on rank 0 only (its multi-turn rates: a KeyError in lm-eval's
+    merge before) and an irrelevance case on rank 1 only (its false-call rates: silently dropped before, rank 0's
+    accumulator not having them); every metric equals one process's."""
+    rows = [json.loads(line) for line in Path(FIX["cases"]).read_text().splitlines() if line.strip()]
+    conversation = next(r for r in rows if r.get("history"))
+    irrelevant = {**rows[1], "id": "irrelevant-1", "gold_tool_name": None}
+    irrelevant.pop("gold_arguments", None)
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("".join(json.dumps(r) + "\n" for r in (conversation, irrelevant, rows[0], rows[2])))
+    args = ["run", "--base", FIX["base"], "--adapter", f"broken={FIX['adapters']['broken']}", "--cases", str(cases),
+            "--task", FIXTURE_TASK, "--device", "cpu", "--json"]
+    one = toolfid_here([*args, "--output", tmp_path / "one"], tmp_path / "home-one")
+    env = dict(os.environ, TOOLFID_HOME=str(tmp_path / "home-two"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               TOKENIZERS_PARALLELISM="false")
+    two = subprocess.run([str(BIN / "torchrun"), "--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend",
+                          "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--no-python", str(BIN / "toolfid"),
+                          *args, "--output", str(tmp_path / "two")], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert one.returncode == 0 and two.returncode == 0, (one.stderr[-1500:], two.stderr[-3000:])
+    ours, theirs = json.loads(two.stdout), json.loads(one.stdout)
+    metrics = theirs["adapters"]["broken"]["metrics"]
+    assert metrics.get("result_grounding_rate") is not None and "false_call_rate" in metrics, metrics  # both there
+    assert ours["base"] == theirs["base"] and ours["adapters"]["broken"]["metrics"] == metrics
+
+
 def test_a_rank_that_cannot_reach_the_others_is_exit_6_in_one_line(tmp_path: Path) -> None:
     env = dict(os.environ, WORLD_SIZE="2", RANK="1", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(_free_port()), TOOLFID_RANK_TIMEOUT="2", TOOLFID_HOME=str(tmp_path / "home"))

@@ -235,12 +235,21 @@ class ToolfidHFLM(HFLM):
         return torch.stack(parts) if tensor.dim() == 0 else torch.cat(parts)
 
     def gather_object(self, obj: Any, dst: int = 0) -> Any:
-        """lm-eval's gather of samples and metric values to rank 0, dealt back in the cases' order (as one process
-        has them: :func:`~lm_eval_toolfid.integrations.lm_eval.data_parallel.interleave_ranks`)."""
-        from lm_eval_toolfid.integrations.lm_eval.data_parallel import interleave_ranks
+        """lm-eval's gather of samples and metric values to rank 0, as one process has them: each value in its
+        case's order, every metric any rank emitted (:mod:`~lm_eval_toolfid.integrations.lm_eval.data_parallel`)."""
+        if self.world_size <= 1:
+            return super().gather_object(obj, dst)
+        from lm_eval_toolfid.integrations.lm_eval import data_parallel as dp
 
-        gathered = super().gather_object(obj, dst)
-        return interleave_ranks(gathered) if self.world_size > 1 and isinstance(gathered, list) else gathered
+        metrics = dp.is_metrics(obj)
+        gathered = super().gather_object(dp.with_positions(obj) if metrics else obj, dst)
+        if not isinstance(gathered, list):
+            return gathered
+        if not metrics:
+            return dp.merge_samples(gathered)
+        merged = dp.merge_metrics(gathered)
+        dp.cover_missing(merged[0])
+        return merged
 
     def barrier(self) -> None:
         if not getattr(self, "_own_ranks", False):

@@ -23,6 +23,7 @@ from lm_eval.api.task import ConfigurableTask
 from lm_eval_toolfid.cases.load import load_cases
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case
+from lm_eval_toolfid.integrations.lm_eval import data_parallel
 from lm_eval_toolfid.integrations.lm_eval.fidelity_run import FidelityRun
 from lm_eval_toolfid.integrations.lm_eval.greedy import not_greedy, sampling_reason
 from lm_eval_toolfid.integrations.lm_eval.request_cache import CacheUse, cache_reason, check_cache, model_identity
@@ -184,6 +185,8 @@ class ToolUseFidelityTask(ConfigurableTask):
             for row, c in zip(rows, self.cases.values()):
                 row.update(turn_depth=c.turn_depth, conversation=conversation_text(c))
         self.dataset = datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+        self._position = {cid: i for i, cid in enumerate(self.cases)}
+        """case id -> its place in the documents (a launcher's ranks: rank 0 orders the gathered values by it)."""
         self.run = FidelityRun(self.settings, self.cases, task_names=(str(self.config.task),))
 
     def has_training_docs(self) -> bool:
@@ -339,6 +342,7 @@ class ToolUseFidelityTask(ConfigurableTask):
             self.run.provenance["not_greedy"] = sampling
             self.run.withhold(sampling_reason(sampling))
         self._note_adapter_template()
+        data_parallel.start(str(self.config.task))
         super().build_all_requests(**kwargs)
         self._attach_generation_hints()
         self._check_request_cache()
@@ -465,6 +469,7 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     def process_results(self, doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
         if self._predict_only:
+            data_parallel.emitted(str(self.config.task), self._position.get(str(doc["id"]), 0), ("bypass",))
             return {"bypass": None}
         text = results[0] if results else ""
         text = text if isinstance(text, str) else ("" if text is None else str(text))
@@ -493,6 +498,7 @@ class ToolUseFidelityTask(ConfigurableTask):
         items.update(case_items(record))
         if self.run.calibration is not None and record.relevant:
             items["json_valid_z"] = int(record.ft.valid)
+        data_parallel.emitted(str(self.config.task), self._position.get(str(doc["id"]), 0), items)
         return items
 
     @property
