@@ -100,11 +100,30 @@ def answer_text(text: str, case: Case) -> str:
         return text
 
 
+_SCORED: dict[tuple[Any, ...], tuple[Case, Outcome]] = {}
+"""Outcomes already scored in this process (case, text, options): a run scores the base's answer to a case once
+for every adapter view it pairs with, and an adapter that answers as the base did scores the same text again.
+Cases and outcomes are frozen records; the case itself is kept with its outcome, so an id is never reused."""
+
+
 def score_generation(text: Any, case: Case, task_allowed: Sequence[str] | None = None,
                      string_arguments_valid: bool = True) -> Outcome:
     """Score one generation for one case: every call, then what the case amounts to. Never raises:
     a failure inside scoring becomes a ``malformed`` outcome with keyword ``scoring_error``."""
     text = text if isinstance(text, str) else ("" if text is None else str(text))
+    key = (id(case), text, tuple(task_allowed) if task_allowed is not None else None, string_arguments_valid)
+    found = _SCORED.get(key)
+    if found is not None and found[0] is case:
+        return found[1]
+    outcome = _score_once(text, case, task_allowed, string_arguments_valid)
+    if len(_SCORED) >= 65_536:
+        _SCORED.clear()
+    _SCORED[key] = (case, outcome)
+    return outcome
+
+
+def _score_once(text: str, case: Case, task_allowed: Sequence[str] | None,
+                string_arguments_valid: bool) -> Outcome:
     try:
         text = answer_text(text, case)
         return _score_generation(text, case, task_allowed, string_arguments_valid)

@@ -409,9 +409,29 @@ class ToolfidHFLM(HFLM):
             store.active = None
         self.model.set_adapter(name)
 
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, left_truncate_len: int | None = None,
+                   **kwargs: Any) -> list[int]:
+        """HFLM's ``tok_encode``, each string tokenized once per model (every view of a run asks its prompts again:
+        a hundred views tokenized the same twelve prompts a hundred times)."""
+        key = (string, add_special_tokens, left_truncate_len, tuple(sorted(kwargs.items())))
+        cache = self.__dict__.setdefault("_encoded", {})
+        found = cache.get(key)
+        if found is None:
+            if len(cache) >= 16_384:
+                cache.clear()
+            found = cache[key] = tuple(super().tok_encode(string, add_special_tokens, left_truncate_len, **kwargs))
+        return list(found)
+
     def tok_batch_encode(self, strings: list[str], *args: Any, **kwargs: Any) -> Any:
         self._batch_strings = list(strings)  # _model_generate's rows, in order
-        return super().tok_batch_encode(strings, *args, **kwargs)
+        key = (tuple(strings), args, tuple(sorted(kwargs.items())))
+        cache = self.__dict__.setdefault("_batch_encoded", {})
+        found = cache.get(key)
+        if found is None:  # a view's batch is every other view's batch: tokenized once, handed out as copies
+            if len(cache) >= 256:
+                cache.clear()
+            found = cache[key] = super().tok_batch_encode(strings, *args, **kwargs)
+        return tuple(t.clone() for t in found)
 
     # -- generation ---------------------------------------------------------------------------
 

@@ -28,13 +28,26 @@ class IncrementalDecoder:
 
     def push(self, token_id: int) -> str:
         self.ids.append(token_id)
-        decode = self.tokenizer.decode
-        prefix_text = decode(self.ids[self._prefix:self._read], skip_special_tokens=True)
-        new_text = decode(self.ids[self._prefix:], skip_special_tokens=True)
+        prefix_text = self._decode(tuple(self.ids[self._prefix:self._read]))
+        new_text = self._decode(tuple(self.ids[self._prefix:]))
         if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
             self._prefix, self._read = self._read, len(self.ids)
             return new_text[len(prefix_text):]
         return ""
+
+    def _decode(self, ids: tuple[int, ...]) -> str:
+        """``ids`` decoded, each short window once per tokenizer (every view of a run decodes the same answers'
+        windows again: a hundred B = 0 views, a hundred times)."""
+        held = getattr(self.tokenizer, "__dict__", None)
+        if held is None:  # a tokenizer without instance attributes: decoded every time
+            return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        cache = held.setdefault("_toolfid_windows", {})
+        text = cache.get(ids)
+        if text is None:
+            if len(cache) >= 65_536:
+                cache.clear()
+            text = cache[ids] = self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        return text
 
 
 class RowStopper:
