@@ -104,6 +104,7 @@ _SCORED: dict[tuple[Any, ...], tuple[Case, Outcome]] = {}
 """Outcomes already scored in this process (case, text, options): a run scores the base's answer to a case once
 for every adapter view it pairs with, and an adapter that answers as the base did scores the same text again.
 Cases and outcomes are frozen records; the case itself is kept with its outcome, so an id is never reused."""
+_SCORED_CHARS = 0
 
 
 def score_generation(text: Any, case: Case, task_allowed: Sequence[str] | None = None,
@@ -116,9 +117,12 @@ def score_generation(text: Any, case: Case, task_allowed: Sequence[str] | None =
     if found is not None and found[0] is case:
         return found[1]
     outcome = _score_once(text, case, task_allowed, string_arguments_valid)
-    if len(_SCORED) >= 65_536:
+    global _SCORED_CHARS
+    if len(_SCORED) >= 65_536 or _SCORED_CHARS > 32_000_000:  # bounded: texts may be long (a run's answers)
         _SCORED.clear()
+        _SCORED_CHARS = 0
     _SCORED[key] = (case, outcome)
+    _SCORED_CHARS += len(text)
     return outcome
 
 
