@@ -162,6 +162,10 @@ class ModelSession:
         (:meth:`joint_run`): the first of them to generate computes the others' answers too."""
         if self.lm is None:
             self.load(plan.adapters)
+        yield from self._views(views, plan.task, plan.limit)
+
+    def _views(self, views: Sequence[View], task: str, limit: int | None = None) -> Iterator[ViewResult]:
+        """:meth:`evaluate` on the loaded model: the adapter views (and a run's nulls) by their session names."""
         joint = self.joint_run(views)
         self.lm.joint = joint
         if joint is not None and self.progress is not None:
@@ -172,10 +176,10 @@ class ModelSession:
                     joint.current = view.label
                 if view.adapter is None:
                     with self.base_view():
-                        yield self.evaluate_current(view, plan.task, plan.limit)
+                        yield self.evaluate_current(view, task, limit)
                 else:
                     self.activate(self._names[view.label])
-                    yield self.evaluate_current(view, plan.task, plan.limit)
+                    yield self.evaluate_current(view, task, limit)
         finally:
             self.lm.joint = None
 
@@ -216,85 +220,74 @@ class ModelSession:
         self.calibrate_nulls(spec, next(iter(plan.adapters.values())), plan.task, plan.metadata)
 
     def calibrate_nulls(self, spec: CalibrationSpec, adapter: str, task: str,
-                        metadata: Mapping[str, Any]) -> Calibration:
+                        metadata: Mapping[str, Any]) -> Calibration | None:
         """Nulls of ``adapter`` (this session's ``default`` adapter), each run after the base view, fitted."""
         nulls = make_nulls(spec, adapter, self.base)
         return self.fit_nulls(spec, nulls, task, metadata)
 
     def fit_nulls(self, spec: CalibrationSpec, nulls: list[Path], task: str,
-                  metadata: Mapping[str, Any]) -> Calibration:
-        """Each null's weights swapped into the ``default`` adapter in turn (the real weights restored after), the
-        task run (its answers kept in ``spec.samples_folder``), the fit written to ``spec.out``; the base reference
-        they pair with must exist (the base view ran)."""
-        together = self._nulls_together(spec, nulls, task, metadata)
-        if together is not None:
-            return write_fit(together, task, spec.out) if self._main else None
-        from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
-        from safetensors.torch import load_file
-
-        self.activate("default")
-        real = {k: v.detach().clone()
-                for k, v in get_peft_model_state_dict(self.peft_model, adapter_name="default").items()}
-        results = []
-        try:
-            for path in nulls:
-                state = load_file(str(path / "adapter_model.safetensors"))
-                set_peft_model_state_dict(self.peft_model, state, adapter_name="default")
-                view = self.evaluate_current(View(path.name, str(path), dict(metadata)), task)
-                if not self._main:  # a launcher's rank: its cases were gathered to rank 0, which fits
-                    continue
-                keep_null_view(spec, view)
-                if self.progress is not None:
-                    self.progress.view_finished(view.label, len(view.samples))
-                results.append(view.results)
-        finally:
-            set_peft_model_state_dict(self.peft_model, real, adapter_name="default")
+                  metadata: Mapping[str, Any]) -> Calibration | None:
+        """The nulls run against the base reference (the base view ran): read into the engine's store and decoded
+        together as adapter views are, or, where a null cannot be stored, each one's weights swapped into the
+        ``default`` adapter in turn (the real weights restored after). Each null's answers are kept in
+        ``spec.samples_folder`` and the fit written to ``spec.out`` (by rank 0 of a launcher's ranks: None
+        elsewhere)."""
+        results: list[dict[str, Any]] = []
+        if not self._nulls_together(spec, nulls, task, metadata, results):
+            self._nulls_swapped(spec, nulls, task, metadata, results)
         return write_fit(results, task, spec.out) if self._main else None
-
 
     @property
     def _main(self) -> bool:
         """This process scores and writes (rank 0 of a launcher's ranks, or the only process)."""
         return int(getattr(self.lm, "rank", 0) or 0) == 0
 
-    def _nulls_together(self, spec: CalibrationSpec, nulls: list[Path], task: str,
-                        metadata: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-        """Every null read into the engine's store and run as the adapter views are: decoded together (verifying the
-        base view's tokens), each row computing its own null. None (nothing run) where a null cannot be stored: the
-        caller swaps each null's weights into the loaded adapter in turn instead."""
+    def _keep_null(self, spec: CalibrationSpec, view: ViewResult, results: list[dict[str, Any]]) -> None:
+        """A null view done: its answers kept and its results counted (rank 0: the others' cases were gathered to
+        it)."""
+        if not self._main:
+            return
+        keep_null_view(spec, view)
+        if self.progress is not None:
+            self.progress.view_finished(view.label, len(view.samples))
+        results.append(view.results)
+
+    def _nulls_together(self, spec: CalibrationSpec, nulls: list[Path], task: str, metadata: Mapping[str, Any],
+                        results: list[dict[str, Any]]) -> bool:
+        """Every null read into the engine's store and run as the adapter views are (:meth:`_views`), each row
+        computing its own null. False (nothing run) where a null cannot be stored."""
         labels = []
         try:
             for path in nulls:
                 if not self.lm.attach_adapter(path.name, str(path), peft=False):
-                    return None
+                    return False
                 labels.append(path.name)
-            views = [View(path.name, str(path), dict(metadata)) for path in nulls]
             self._names.update({label: label for label in labels})
-            results = []
-            joint = self.joint_run(views)
-            self.lm.joint = joint
-            if joint is not None and self.progress is not None:
-                self.progress.together = joint.groups  # the progress lines say which nulls were decoded together
-            try:
-                for view in views:
-                    if joint is not None:
-                        joint.current = view.label
-                    self.activate(view.label)
-                    result = self.evaluate_current(view, task)
-                    if not self._main:
-                        continue
-                    keep_null_view(spec, result)
-                    if self.progress is not None:
-                        self.progress.view_finished(result.label, len(result.samples))
-                    results.append(result.results)
-            finally:
-                self.lm.joint = None
-            return results
+            for view in self._views([View(path.name, str(path), dict(metadata)) for path in nulls], task):
+                self._keep_null(spec, view, results)
+            return True
         finally:
             self.lm.detach_adapters(labels)
             for label in labels:
                 self._names.pop(label, None)
             self.activate("default")
+
+    def _nulls_swapped(self, spec: CalibrationSpec, nulls: list[Path], task: str, metadata: Mapping[str, Any],
+                       results: list[dict[str, Any]]) -> None:
+        """Each null's weights swapped into the ``default`` adapter in turn, the real weights restored after."""
+        from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        self.activate("default")
+        real = {k: v.detach().clone()
+                for k, v in get_peft_model_state_dict(self.peft_model, adapter_name="default").items()}
+        try:
+            for path in nulls:
+                state = load_file(str(path / "adapter_model.safetensors"))
+                set_peft_model_state_dict(self.peft_model, state, adapter_name="default")
+                self._keep_null(spec, self.evaluate_current(View(path.name, str(path), dict(metadata)), task), results)
+        finally:
+            set_peft_model_state_dict(self.peft_model, real, adapter_name="default")
 
 
 def verify_setting(value: Any) -> bool | None:
