@@ -4,7 +4,8 @@
 The same command (base + one B = 0 adapter, the first ``--limit`` default cases) twice: one process with all the
 machine's threads, then ``torchrun --nproc-per-node N`` with the threads split between the ranks. Prints each wall
 time, the speed-up, whether the two runs' samples files are byte-identical (they must be), and the shards' balance:
-each rank's share of the cases and of their prompt characters (lm-eval deals the cases round robin).
+each rank's share of the cases and of their rendered prompts' characters (dealt by prompt length; round
+robin's balance beside it).
 
     OMP_NUM_THREADS=2 nice .venv/bin/python bench/bench_data_parallel.py --limit 24              # CPU, SmolLM2, 2 ranks
     python bench/bench_data_parallel.py --ranks 8 --device cuda --dtype bfloat16 --limit 382      # one 8-GPU node
@@ -69,9 +70,15 @@ def main() -> None:
     many = run(f"ranks{args.ranks}", launcher, max(1, n_threads // args.ranks))
     same = all((root / "one" / v / "samples.jsonl").read_bytes() ==
                (root / f"ranks{args.ranks}" / v / "samples.jsonl").read_bytes() for v in ("base", "zero"))
-    prompts = [len(json.loads(line).get("prompt", "")) for line in cases.read_text().splitlines() if line.strip()]
-    shares = [prompts[r::args.ranks] for r in range(args.ranks)]
-    balance = ", ".join(f"rank {r}: {len(s)} cases, {sum(s)} prompt chars" for r, s in enumerate(shares))
+    from lm_eval_toolfid.integrations.lm_eval.data_parallel import deal
+
+    sent = [json.loads(line) for line in (root / "one" / "base" / "samples.jsonl").read_text().splitlines()]
+    prompts = [len(r["arguments"]["gen_args_0"]["arg_0"]) for r in sent]  # the rendered prompts the ranks sent
+    shares = [[prompts[i] for i in deal(prompts, r, args.ranks)] for r in range(args.ranks)]
+    robin = [prompts[r::args.ranks] for r in range(args.ranks)]
+    balance = (", ".join(f"rank {r}: {len(s)} cases, {sum(s)} prompt chars" for r, s in enumerate(shares))
+               + f" (longest ÷ shortest share {max(map(sum, shares)) / max(1, min(map(sum, shares))):.3f}; round robin "
+               f"would give {max(map(sum, robin)) / max(1, min(map(sum, robin))):.3f})")
     print(f"\n{args.model} on {args.device}, {args.dtype}, {len(prompts)} cases, base + 1 B = 0 adapter: one process "
           f"({n_threads} threads) {one:.1f} s, {args.ranks} ranks ({max(1, n_threads // args.ranks)} thread(s) each) "
           f"{many:.1f} s: speed-up {one / many:.2f}x; samples files identical: {same}\nshards: {balance}")

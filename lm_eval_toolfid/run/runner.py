@@ -15,6 +15,7 @@ from typing import Any, Iterator, Protocol, Sequence
 
 from lm_eval_toolfid.calibration.nulls import CalibrationSpec
 from lm_eval_toolfid.reporting.view_store import ViewResult, save_view
+from lm_eval_toolfid.run import shards
 from lm_eval_toolfid.run.plan import RunPlan, ServedOptions, View, VllmOptions
 from lm_eval_toolfid.run.ranks import Ranks, from_main
 from lm_eval_toolfid.run.resume import FolderState, keep_calibration, read_folder
@@ -73,8 +74,9 @@ def run_plan(plan: RunPlan, session: ViewSession | None = None, progress: Any = 
     session = session or open_session(plan, progress)
     session.check(plan)
     # the folder asked once (by rank 0): what is done, what to do
-    state = from_main(ranks, lambda: read_folder(plan, session.manifest_args, progress))
+    state = from_main(ranks, lambda: _read_folder(plan, session, progress))
     state.main = ranks.main
+    store = _shards(plan, session, state, ranks, progress)
     base_view, adapter_views = plan.base_view(), plan.adapter_views()
     if plan.calibration is None or state.calibration_reused:  # every view at once: a session may decode them together
         todo = state.todo([base_view, *adapter_views])
@@ -90,7 +92,30 @@ def run_plan(plan: RunPlan, session: ViewSession | None = None, progress: Any = 
     base, adapters = state.done["base"], [state.done[label] for label in plan.adapters]
     if plan.engine_check:
         check_engine(session, plan, base, state, progress)
+    if store is not None and ranks.main:  # every view saved: what the ranks kept is not needed any more
+        store.remove()
     return base, adapters
+
+
+def _read_folder(plan: RunPlan, session: ViewSession, progress: Any) -> FolderState:
+    """:func:`read_folder`; a run that does not resume starts without an earlier run's shards."""
+    if plan.out_dir is not None and not plan.resume:
+        shards.clear(plan.out_dir)
+    return read_folder(plan, session.manifest_args, progress)
+
+
+def _shards(plan: RunPlan, session: ViewSession, state: FolderState, ranks: Ranks,
+            progress: Any) -> shards.ShardStore | None:
+    """Where this rank keeps each engine run's answers until their views are saved (a launcher's ranks), and reads
+    those an interrupted run's ranks kept (``--resume``): :mod:`lm_eval_toolfid.run.shards`. None: a session that
+    keeps none (served, vLLM: they refuse ranks), or no output folder."""
+    use = getattr(session, "use_shards", None)
+    if use is None or plan.out_dir is None or not (ranks.several or plan.resume):
+        return None
+    store = shards.ShardStore(plan.out_dir, {label: shards.manifest_digest(m) for label, m in state.manifests.items()},
+                              ranks.rank, ranks.world, resume=plan.resume, write=ranks.several, progress=progress)
+    use(store)
+    return store
 
 
 def check_engine(session: ViewSession, plan: RunPlan, base: ViewResult, state: FolderState,

@@ -90,6 +90,15 @@ class ModelSession:
         self._names: dict[str, str] = {}
         """view label -> peft adapter name."""
         self.active = "default"
+        self.shards: Any = None
+        """Where the model keeps each engine run's answers until their views are saved (:meth:`use_shards`)."""
+
+    def use_shards(self, store: Any) -> None:
+        """A launcher's ranks, or ``--resume``: the loaded model keeps its answers in ``store`` and reads an
+        interrupted run's back from it (:mod:`lm_eval_toolfid.run.shards`)."""
+        self.shards = store
+        if self.lm is not None:
+            self.lm.shards = store
 
     @property
     def manifest_args(self) -> dict[str, Any]:
@@ -126,6 +135,7 @@ class ModelSession:
             self.lm = ToolfidHFLM(**kwargs)  # HFLM that stops each row at the end of its call
         if progress is not None:
             count_tokens(self.lm, progress)
+        self.lm.shards = self.shards
         self.adapters, self._names = {"default": first}, {first_label: "default"}
         for label, path in others:
             with unreadable_weights(path):
@@ -172,6 +182,7 @@ class ModelSession:
             self.progress.together = joint.groups  # its progress lines say what is decoded together
         try:
             for view in views:
+                self.lm.view_label = view.label
                 if joint is not None:
                     joint.current = view.label
                 if view.adapter is None:
@@ -182,6 +193,7 @@ class ModelSession:
                     yield self.evaluate_current(view, task, limit)
         finally:
             self.lm.joint = None
+            self.lm.view_label = None
 
     def joint_run(self, views: Sequence[View]) -> JointRun | None:
         """The views decoded together (None: one at a time: a single view, ``--views-together 1``, the engine off,

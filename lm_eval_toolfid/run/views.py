@@ -32,6 +32,22 @@ def _env_info_once(collect: Callable[[dict], None]) -> Callable[[dict], None]:
     return add_env_info
 
 
+@contextlib.contextmanager
+def peers_lost(rank: int, world: int) -> Any:
+    """A launcher's rank whose peers went away inside lm-eval's gather (a rank died): one line (exit 6), not the
+    process group's traceback; what every rank finished is in the output folder's shards (``--resume``)."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - only the process group's own errors are turned into the line
+        kind = type(exc).__name__
+        if world <= 1 or not (kind.startswith("Dist") or "gloo" in str(exc).lower() or "nccl" in str(exc).lower()):
+            raise
+        from lm_eval_toolfid.run.ranks import RanksUnreachable
+
+        raise RanksUnreachable(f"rank {rank} of {world} lost the other ranks ({kind}); the views saved and each rank's "
+                               "finished answers are kept in --output: run again with --resume") from None
+
+
 def evaluate_view(lm: Any, model_args: dict[str, Any], view: View, task: str, limit: int | None = None,
                   progress: Any = None, verbose: bool = True) -> ViewResult:
     """One view: an ordinary ``simple_evaluate`` of the task on ``lm`` (model args and ``view.metadata`` reach
@@ -53,11 +69,12 @@ def evaluate_view(lm: Any, model_args: dict[str, Any], view: View, task: str, li
     meta = {**model_args, **view.metadata}
     if progress is not None:
         progress.view_started(view.label)
-    with quiet_lm_eval(progress, verbose) if progress is not None else contextlib.nullcontext():
+    ranks = int(getattr(lm, "world_size", 1) or 1)
+    with quiet_lm_eval(progress, verbose) if progress is not None else contextlib.nullcontext(), \
+            peers_lost(int(getattr(lm, "rank", 0) or 0), ranks):
         manager = TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta)
         out = simple_evaluate(model=lm, model_args=model_args, tasks=[task], task_manager=manager,
                               log_samples=True, bootstrap_iters=0, limit=limit)
-    ranks = int(getattr(lm, "world_size", 1) or 1)
     if ranks > 1:  # a launcher's ranks: rank 0 has written what the next view reads (the base reference) first
         lm.barrier()
     if out is None and ranks > 1 and getattr(lm, "rank", 0) != 0:  # its cases gathered to rank 0, which scores them

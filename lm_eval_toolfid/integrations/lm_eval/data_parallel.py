@@ -1,4 +1,4 @@
-"""lm-eval's data-parallel gather, made exact: every view's samples and metric values on rank 0 as one process has them.
+"""lm-eval's data-parallel deal and gather, made balanced and exact: every view's samples and metric values on rank 0 as one process has them.
 
 lm-eval deals a task's documents to the ranks round robin and gathers each rank's samples and metric values to rank 0
 rank by rank. Two things then go wrong for this task: the values arrive in another order than one process's (a float
@@ -12,17 +12,34 @@ gains the metrics its own cases did not emit: :func:`cover_missing`). Samples ar
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, Callable
 
 from lm_eval_toolfid.core.errors import ToolfidError
 
 _EMITTED: dict[str, dict[str, list[int]]] = {}
 """task name -> metric name -> the position (in the task's documents) of the case each value came from, in order."""
+_ROWS: dict[str, Callable[[], list[tuple]]] = {}
+"""task name -> what the task has of each of this rank's requests besides its metrics (how the answer was generated:
+:func:`rows_from`)."""
+_GATHERED: dict[str, list[tuple]] = {}
+"""task name -> every rank's rows, in case order (rank 0, after the gather)."""
 
 
 def start(task: str) -> None:
     """A view's task starts emitting (its positions recorded afresh)."""
     _EMITTED[task] = {}
+    _GATHERED.pop(task, None)
+
+
+def rows_from(task: str, rows: Callable[[], list[tuple]]) -> None:
+    """``rows()``: this rank's per-request rows of ``task`` (each a tuple starting with the case's position), sent
+    to rank 0 with the metric values: a view's generation record and stop checks count every rank's requests."""
+    _ROWS[task] = rows
+
+
+def gathered_rows(task: str) -> list[tuple] | None:
+    """Every rank's rows of ``task`` in case order (rank 0 of a launcher's ranks, after the gather), else None."""
+    return _GATHERED.get(task)
 
 
 def emitted(task: str, position: int, metrics: Any) -> None:
@@ -43,7 +60,8 @@ def with_positions(metrics: dict[str, dict[tuple, list]]) -> dict[str, Any]:
     """What a rank sends: its values, and each value's case position where the task recorded them."""
     positions = {task: {key: list(_EMITTED.get(task, {}).get(key[0], [])) for key in keys}
                  for task, keys in metrics.items()}
-    return {"toolfid_metrics": metrics, "positions": positions}
+    rows = {task: _ROWS[task]() for task in metrics if task in _ROWS}
+    return {"toolfid_metrics": metrics, "positions": positions, "rows": rows}
 
 
 def merge_metrics(parts: list[Any]) -> list[Any]:
@@ -66,6 +84,9 @@ def merge_metrics(parts: list[Any]) -> list[Any]:
             if ordered:
                 pairs.sort(key=lambda p: (p[0], p[1], p[2]))
             merged[task][key] = [p[3] for p in pairs]
+    for task in {task for part in parts for task in part.get("rows", {})}:
+        _GATHERED[task] = sorted((row for part in parts for row in part.get("rows", {}).get(task, [])),
+                                 key=lambda row: row[0])
     empty = {task: {key: [] for key in keys} for task, keys in merged.items()}
     return [merged, *(empty for _ in parts[1:])]
 
@@ -102,3 +123,23 @@ def merge_samples(parts: list[Any]) -> list[Any]:
     merged = {task: sorted((s for part in parts for s in part.get(task, [])),
                            key=lambda s: s.get("doc_id", 0) if isinstance(s, dict) else 0) for task in tasks}
     return [merged, *({task: [] for task in tasks} for _ in parts[1:])]
+
+
+def deal(lengths: list[int], rank: int, world: int) -> list[int]:
+    """The positions of the cases rank ``rank`` of ``world`` takes: longest prompts first, each to the rank with the
+    least prompt length so far that still has room (every rank takes ⌊n/W⌋ or ⌈n/W⌉ cases, as in lm-eval's
+    round-robin deal), so the long prompts spread over the ranks; each rank's cases in their documents' order. The
+    same on every rank (it depends on the lengths alone)."""
+    n = len(lengths)
+    floor, extra = divmod(n, max(1, world))
+    totals, counts, mine = [0] * world, [0] * world, []
+    for i in sorted(range(n), key=lambda i: (-lengths[i], i)):
+        open_ranks = [r for r in range(world) if counts[r] < floor or (counts[r] == floor and extra > 0)]
+        to = min(open_ranks, key=lambda r: (totals[r], counts[r], r))
+        if counts[to] == floor:
+            extra -= 1
+        totals[to] += lengths[i]
+        counts[to] += 1
+        if to == rank:
+            mine.append(i)
+    return sorted(mine)

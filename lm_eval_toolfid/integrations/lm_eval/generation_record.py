@@ -37,7 +37,6 @@ them with :func:`summarize_generation` into ``configs.<task>.metadata.toolfid.ge
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -158,6 +157,4 @@ def summarize_generation(infos: Iterable[Any], verify: bool | None = None, adapt
         stopped = next((r.drafting_stopped for r in ours if r.drafting_stopped), None)
         if stopped is not None:
             out["drafting_stopped"] = stopped
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-        out["scope"] = "this rank's requests only"
     return out

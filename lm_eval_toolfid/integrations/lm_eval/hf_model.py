@@ -208,6 +208,11 @@ class ToolfidHFLM(HFLM):
         self.joint: JointRun | None = None
         """Views evaluated together (set by the session): the first of them to generate computes the others'
         answers in the same engine run (:mod:`~lm_eval_toolfid.integrations.lm_eval.joint`)."""
+        self.view_label: str | None = None
+        """The label of the view being evaluated (set by the session; None: a plain lm-eval run)."""
+        self.shards: Any = None
+        """Where the answers of each engine run are kept until their views are saved, and read back by ``--resume``
+        (set by the session: :class:`lm_eval_toolfid.run.shards.ShardStore`; None: nowhere)."""
 
     def _share_cases(self) -> None:
         """Under a launcher's ranks (``torchrun``: the process group joined) where HFLM does not split the cases
@@ -539,6 +544,10 @@ class ToolfidHFLM(HFLM):
             if found is not None:  # computed while an earlier view of the run generated
                 return self._assemble(context, max_new, strings, plans, stop,
                                       [(a.tokens, a.info, a.check_text) for a in found])
+        label = current.label if current is not None else self.view_label
+        stored = self._stored(label, strings, keys, self.record_drafts if current is None else current.adapter is None)
+        if all(a is not None for a in stored):  # --resume: a rank's shard holds every answer
+            return self._assemble(context, max_new, strings, plans, stop, stored)  # type: ignore[arg-type]
         mask = attention_mask if attention_mask is not None else torch.ones_like(context)
         prompts = [row[m.bool()].tolist() for row, m in zip(context.cpu(), mask.cpu())]
         lanes: list[JointView | None] = [None]
@@ -547,15 +556,50 @@ class ToolfidHFLM(HFLM):
             fits = self._views_that_fit(prompts, max_new, joint, strings)
             note = joint.notes[-1] if joint.notes else None
             lanes = list(joint.group(fits, strings))
-        answers = self._run_lanes(lanes, prompts, max_new, stop, strings, plans, note)
+        lane_keys = [keys] + [[answer_key(max_new, stop, plan if lane.adapter is None
+                                          else dataclasses.replace(plan, verify=lane.verify)) for plan in plans]
+                              for lane in lanes[1:] if lane is not None]
+        lane_stored = [stored] + [self._stored(lane.label if lane is not None else None, strings, lk,
+                                               lane is not None and lane.adapter is None)
+                                  for lane, lk in zip(lanes[1:], lane_keys[1:])]
+        need = [i for i in range(len(strings)) if any(found[i] is None for found in lane_stored)]
+        computed = self._run_lanes(lanes, [prompts[i] for i in need], max_new, stop, [strings[i] for i in need],
+                                   [plans[i] for i in need], note) if need else [[] for _ in lanes]
+        answers = []
+        for found, fresh in zip(lane_stored, computed):
+            merged = list(found)
+            for j, i in enumerate(need):
+                merged[i] = found[i] or fresh[j]
+            answers.append(merged)
+        if self.shards is not None and need:  # this engine run's answers on disk before any rank hands them on
+            self.shards.keep({lane.label if lane is not None else label: {
+                strings[i]: (lane_keys[k][i], *fresh[j]) for j, i in enumerate(need)}
+                for k, (lane, fresh) in enumerate(zip(lanes, computed))
+                if (lane.label if lane is not None else label) is not None})
         mine = answers[0]
-        for lane, lane_answers in zip(lanes[1:], answers[1:]):
+        for lane, lane_answers, keys_of_lane in zip(lanes[1:], answers[1:], lane_keys[1:]):
             assert joint is not None and lane is not None
             held = joint.answers.setdefault(lane.label, {})
-            for s, plan, (tokens, info, check) in zip(strings, plans, lane_answers):  # the lane's own settings
-                lane_plan = plan if lane.adapter is None else dataclasses.replace(plan, verify=lane.verify)
-                held[s] = JointAnswer(answer_key(max_new, stop, lane_plan), tokens, info, check)
+            for s, key, (tokens, info, check) in zip(strings, keys_of_lane, lane_answers):  # the lane's own settings
+                held[s] = JointAnswer(key, tokens, info, check)
         return self._assemble(context, max_new, strings, plans, stop, mine)
+
+    def _stored(self, label: str | None, strings: list[str], keys: list[tuple[Any, ...]],
+                base_lane: bool) -> list[tuple[list[int], GenerationInfo, str | None] | None]:
+        """Per request: its answer from a shard a rank left (``--resume``: :attr:`shards`), or None; a base lane's
+        stored tokens become the drafts adapter views verify, as if decoded here."""
+        if self.shards is None:
+            return [None] * len(strings)
+        found = self.shards.lookup(label, strings, keys)
+        out: list[tuple[list[int], GenerationInfo, str | None] | None] = []
+        for s, answer in zip(strings, found):
+            if answer is None:
+                out.append(None)
+                continue
+            if base_lane:
+                self.drafts[s] = list(answer.tokens)
+            out.append((list(answer.tokens), answer.info, answer.check_text))
+        return out
 
     def _views_that_fit(self, prompts: list[list[int]], max_new: int, joint: JointRun, strings: list[str]) -> int:
         """How many views' rows the free memory holds at once (the KV of every row of each)."""

@@ -231,6 +231,16 @@ class ToolUseFidelityTask(ConfigurableTask):
         except ToolfidError as exc:
             raise _fail(exc) from None
 
+    def doc_iterator(self, *, rank: int = 0, limit: int | None = None, world_size: int = 1,
+                     samples: list[int] | None = None) -> Any:
+        """lm-eval's documents (``--limit``, ``--samples`` as lm-eval reads them); a launcher's rank takes its share
+        dealt by prompt length (:func:`~lm_eval_toolfid.integrations.lm_eval.data_parallel.deal`), not round robin."""
+        if int(world_size) <= 1:
+            return super().doc_iterator(rank=rank, limit=limit, world_size=world_size, samples=samples)
+        docs = list(super().doc_iterator(rank=0, limit=limit, world_size=1, samples=samples))
+        lengths = [len(self.prompt_for(self.case_of(doc))) for _, doc in docs]
+        return iter([docs[i] for i in data_parallel.deal(lengths, int(rank), int(world_size))])
+
     def doc_to_text(self, doc: dict[str, Any], doc_to_text: Any = None) -> str:
         return self.prompt_for(self.case_of(doc))
 
@@ -343,6 +353,7 @@ class ToolUseFidelityTask(ConfigurableTask):
             self.run.withhold(sampling_reason(sampling))
         self._note_adapter_template()
         data_parallel.start(str(self.config.task))
+        data_parallel.rows_from(str(self.config.task), self._request_rows)
         super().build_all_requests(**kwargs)
         self._attach_generation_hints()
         self._check_request_cache()
@@ -509,8 +520,27 @@ class ToolUseFidelityTask(ConfigurableTask):
 
     # --- aggregation -----------------------------------------------------------------------
 
+    def _request_rows(self) -> list[tuple[int, Any, str, str | None, str | None]]:
+        """Per request of this process: (the case's position, its generation record, the case id, the answer, the
+        answer run on past the early stop (``check_stops``) or None)."""
+        rows = []
+        for inst in self._instances or []:
+            doc = inst.doc if isinstance(inst.doc, dict) else {}
+            cid = str(doc.get("id", ""))
+            answer = inst.resps[0] if inst.resps else None
+            rows.append((self._position.get(cid, 0), getattr(inst, "toolfid_generation", None), cid,
+                         answer if isinstance(answer, str) or answer is None else str(answer),
+                         getattr(inst, "toolfid_unstopped", None)))
+        return rows
+
+    def _rows(self) -> list[tuple[int, Any, str, str | None, str | None]]:
+        """Every request's row: every rank's, gathered to rank 0, under a launcher; this process's otherwise."""
+        gathered = data_parallel.gathered_rows(str(self.config.task))
+        return gathered if gathered is not None else self._request_rows()
+
     def _finish(self, records: list[dict[str, Any]]) -> float:
-        infos = [getattr(inst, "toolfid_generation", None) for inst in self._instances or []]
+        rows = self._rows()
+        infos = [row[1] for row in rows]
         self.run.provenance["generation"] = summarize_generation(infos, verify=self.settings.verify,
                                                                adapter_view=self.settings.is_adapter_run)
         if self.settings.served:
@@ -519,7 +549,7 @@ class ToolUseFidelityTask(ConfigurableTask):
             self.run.provenance["served"] = summarize_served(
                 [getattr(inst, "toolfid_served", None) for inst in self._instances or []], len(self._echoed))
         if self.settings.check_stops:
-            self._check_stops()
+            self._check_stops(rows)
         foreign = sum(1 for r in records if isinstance(r, dict) and r.get("answer_source") == "request_cache")
         if foreign:
             self.run.withhold(cache_reason(foreign, len(records), (self.run.provenance.get("request_cache") or {}).get(
@@ -539,15 +569,13 @@ class ToolUseFidelityTask(ConfigurableTask):
         conclusion = self.run.conclusion
         return conclusion.decided_value if conclusion is not None else None
 
-    def _check_stops(self) -> None:
+    def _check_stops(self, requests: list[tuple[int, Any, str, str | None, str | None]]) -> None:
         """``check_stops``: the rows the LM decoded a second time without the early stop, scored both ways."""
         rows = []
-        for inst in self._instances or []:
-            full = getattr(inst, "toolfid_unstopped", None)
-            if full is None or not isinstance(inst.doc, dict) or not inst.resps:
+        for _, _, cid, stopped, full in requests:
+            case = self.cases.get(cid)
+            if full is None or stopped is None or case is None:
                 continue
-            case = self.case_of(inst.doc)
-            stopped = inst.resps[0] if isinstance(inst.resps[0], str) else str(inst.resps[0])
             rows.append((case.id, self.prompter.answer(stopped, case), self.prompter.answer(full, case)))
         self.run.check_stops(rows, asked=self.settings.check_stops)
 
