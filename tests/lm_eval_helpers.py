@@ -178,7 +178,7 @@ def toolfid_here(args: list, home: Path, env: dict | None = None) -> subprocess.
     """``toolfid ARGS`` through the CLI's entry point (:func:`lm_eval_toolfid.cli.main`) in this process, with
     ``TOOLFID_HOME=home``: the exit code, stdout and stderr the console script would give, without a new
     interpreter's imports. For tests of what a command computes and prints; the console scripts themselves are
-    run as subprocesses in tests/test_wheel.py, tests/test_cli_help.py and the served tests."""
+    run as subprocesses in tests/test_wheel.py and the served tests."""
     import io
     from contextlib import redirect_stderr, redirect_stdout
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import ast
 import logging
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,6 @@ from lm_eval_toolfid.cli import _HubRetries, main, parse_args
 from lm_eval_toolfid.core import errors
 from lm_eval_toolfid.core.errors import EXIT_CODES, ToolfidError, exit_code_markdown, exit_code_text, guard
 
-from .lm_eval_helpers import BIN
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "lm_eval_toolfid"
@@ -140,11 +137,12 @@ def test_run_help_groups_its_options_and_says_what_null_runs_costs(capsys):
 # --- hub failures are input errors ---------------------------------------------------------------------------
 
 def test_a_hub_id_not_cached_while_offline_is_one_line_and_exit_4(tmp_path):
-    """A real ``toolfid run``: it fails before any model loads (a second or two of imports)."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOOLFID_HOME=str(tmp_path / "home"), HF_HOME=str(tmp_path / "hf"))
-    proc = subprocess.run([str(BIN / "toolfid"), "run", "--base", "some-org/not-cached-model", "--revision", "v1.0",
-                           "--adapter", fixture_paths()["adapters"]["faithful"], "--output", str(tmp_path / "out")],
-                          capture_output=True, text=True, env=env, timeout=300)
+    """A real ``toolfid run`` (in this process: the console script's process is tests/test_wheel.py's and the other
+    tests here): it fails before any model loads."""
+    from .lm_eval_helpers import toolfid_here
+
+    proc = toolfid_here(["run", "--base", "some-org/not-cached-model", "--revision", "v1.0", "--adapter",
+                         fixture_paths()["adapters"]["faithful"], "--output", tmp_path / "out"], tmp_path / "home")
     errors_ = [line for line in proc.stderr.splitlines() if "error" in line]
     assert proc.returncode == 4, proc.stderr
     assert len(errors_) == 1 and "internal error" not in proc.stderr and "Traceback" not in proc.stderr
