@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -225,3 +226,26 @@ def test_a_vllm_adapter_run_with_lora_settings_names_the_base_command_that_pairs
     # no demand for a base run, or an adapter run without LoRA settings
     assert lora_settings_demand({"pretrained": "org/Base", "enable_lora": "True"}) is None
     assert lora_settings_demand({"pretrained": "org/Base", "peft": "/a/sql"}) is None
+
+
+def test_a_folder_s_fingerprint_is_remembered_only_while_its_files_stay_as_they_were(tmp_path: Path) -> None:
+    """The base's identity is asked for in every view: a folder's fingerprint is read once, and a file written since
+    (in place, the same size: only its time tells) or just now (within the clock's granularity) is read again."""
+    import os
+    import time
+
+    from lm_eval_toolfid.pairing import identity
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    weights = folder / "weights.bin"
+    weights.write_bytes(b"a" * 64)
+    fresh = identity.dir_fingerprint(folder)
+    assert not any(key[0] == str(folder.resolve()) for key in identity._FINGERPRINTS)  # written just now: not kept
+    old = time.time_ns() - 10_000_000_000
+    os.utime(weights, ns=(old, old))
+    assert identity.dir_fingerprint(folder) == fresh
+    assert any(key[0] == str(folder.resolve()) for key in identity._FINGERPRINTS)  # settled: kept
+    with weights.open("r+b") as fh:  # rewritten in place, the same size
+        fh.write(b"b" * 64)
+    assert identity.dir_fingerprint(folder) != fresh

@@ -97,3 +97,4 @@ def test_a_shard_cut_short_is_left_out_in_one_line(tmp_path: Path, caplog: pytes
         "rank1-9.json); their answers are computed again"]
     shards.clear(tmp_path)
     assert not (tmp_path / "shards").exists()
+

@@ -118,10 +118,25 @@ def _parse_cases(path: Path, data: bytes) -> list[Case]:
     return cases
 
 
+_SET_HASHES: dict[tuple[int, ...], tuple[list[Case], str]] = {}
+"""The ids of a case list's (frozen) cases -> (the list, held so the ids stay theirs; its hash): every view of a run
+hashes the same loaded cases."""
+
+
 def case_set_hash(cases: list[Case]) -> str:
     """Content hash of a case set (order-sensitive, formatting-insensitive). A single-turn case hashes as
     it did before cases could carry a history (an empty history is left out), so references and
     calibrations made for single-turn case sets still pair."""
+    key = tuple(map(id, cases))
+    held = _SET_HASHES.get(key)
+    if held is None:
+        if len(_SET_HASHES) > 32:
+            _SET_HASHES.clear()
+        held = _SET_HASHES[key] = (list(cases), _case_set_hash(cases))
+    return held[1]
+
+
+def _case_set_hash(cases: list[Case]) -> str:
     h = hashlib.sha256()
     for case in cases:
         data = case.model_dump(mode="json", exclude=set() if case.history else {"history"})

@@ -11,6 +11,7 @@ so one base is the same base in every flow (``toolfid run``, ``toolfid calibrate
 from __future__ import annotations
 
 import hashlib
+import time
 import json
 import logging
 import re
@@ -97,15 +98,34 @@ def _file_digest(path: Path, h: Any) -> None:
             h.update(fh.read(1024 * 1024))
 
 
+_FINGERPRINTS: dict[tuple, str] = {}
+"""(folder, every file's name, size, mtime and inode) -> its fingerprint: a run asks for the base's identity in every
+view, and reading a large model's windows again for each of a hundred views costs seconds."""
+
+
 def dir_fingerprint(path: str | Path) -> str:
-    """Content fingerprint of a local model/adapter directory (or single file)."""
+    """Content fingerprint of a local model/adapter directory (or single file); computed once per process while
+    no file of it changes (its files' size, modification time and inode are the key)."""
     root = Path(path)
-    h = hashlib.sha256()
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and ".git" not in p.parts)
-    for file in files:
-        h.update(str(file.relative_to(root) if root.is_dir() else file.name).encode())
+    names = [str(file.relative_to(root) if root.is_dir() else file.name) for file in files]
+    stats = [file.stat() for file in files]
+    key = (str(root.resolve()), tuple((n, st.st_size, st.st_mtime_ns, st.st_ino) for n, st in zip(names, stats)))
+    found = _FINGERPRINTS.get(key)
+    if found is not None:
+        return found
+    h = hashlib.sha256()
+    for name, file in zip(names, files):
+        h.update(name.encode())
         _file_digest(file, h)
-    return h.hexdigest()[:16]
+    digest = h.hexdigest()[:16]
+    # a file changed in the last two seconds may change again within the clock's granularity, its size and time the
+    # same: such a folder is not remembered (git's "racily clean" rule)
+    if all(time.time_ns() - st.st_mtime_ns > 2_000_000_000 for st in stats):
+        if len(_FINGERPRINTS) > 256:
+            _FINGERPRINTS.clear()
+        _FINGERPRINTS[key] = digest
+    return digest
 
 
 def resolved_hub_commit(repo_id: str, revision: str | None) -> str | None:

@@ -141,6 +141,28 @@ def caller_model_args() -> dict[str, Any]:
     return args
 
 
+_DOCUMENTS: dict[tuple[int, ...], tuple[list[Case], datasets.DatasetDict]] = {}
+"""The ids of a loaded case list's (frozen) cases -> (the list, held; its documents): every view of a run (a hundred
+adapters) builds its task from the same cases, and an Arrow table of them costs milliseconds each time."""
+
+
+def _documents(cases: list[Case]) -> datasets.DatasetDict:
+    """The task's documents (one row per case: id, prompt, gold tool, expected calls; a conversation's text and depth
+    when any case has a history), built once per loaded case list (read only: lm-eval maps into new datasets)."""
+    key = tuple(map(id, cases))
+    held = _DOCUMENTS.get(key)
+    if held is None:
+        rows = [{"id": c.id, "prompt": c.prompt, "gold_tool_name": c.gold_tool_name or "",
+                 "expected_calls": len(c.expected_calls)} for c in cases]
+        if any(c.history for c in cases):  # reports show the conversation and its depth
+            for row, c in zip(rows, cases):
+                row.update(turn_depth=c.turn_depth, conversation=conversation_text(c))
+        if len(_DOCUMENTS) > 16:
+            _DOCUMENTS.clear()
+        held = _DOCUMENTS[key] = (cases, datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)}))
+    return held[1]
+
+
 class ToolUseFidelityTask(ConfigurableTask):
     """Generates the call(s) for each case and scores them against the tools' JSON schemas."""
 
@@ -179,12 +201,7 @@ class ToolUseFidelityTask(ConfigurableTask):
             raise _fail(exc) from None
         # expected_calls: how many calls answer the case; a backend that stops generating at the end
         # of the first call (ToolfidHFLM) does so only when every request in its batch expects <= 1
-        rows = [{"id": c.id, "prompt": c.prompt, "gold_tool_name": c.gold_tool_name or "",
-                 "expected_calls": len(c.expected_calls)} for c in self.cases.values()]
-        if any(c.history for c in self.cases.values()):  # reports show the conversation and its depth
-            for row, c in zip(rows, self.cases.values()):
-                row.update(turn_depth=c.turn_depth, conversation=conversation_text(c))
-        self.dataset = datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+        self.dataset = _documents(list(self.cases.values()))
         self._position = {cid: i for i, cid in enumerate(self.cases)}
         """case id -> its place in the documents (a launcher's ranks: rank 0 orders the gathered values by it)."""
         self.run = FidelityRun(self.settings, self.cases, task_names=(str(self.config.task),))
