@@ -41,7 +41,8 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_SERVER, "toolfid run --server: the model server failed past its retries (a failed request is not an "
                   "answer: its view gets no metrics and no verdict); finished views are kept, --resume asks only "
                   "what failed or was not asked; under torchrun: a rank could not reach the others "
-                  "(TOOLFID_RANK_TIMEOUT seconds)"),
+                  "(TOOLFID_RANK_TIMEOUT seconds) or lost them mid-run (each rank's finished answers are kept: "
+                  "--resume)"),
     (EXIT_SERVER_AUTH, "the model server refused the key (HTTP 401/403): set OPENAI_API_KEY or --api-key-env "
                        "NAME; finished views are kept"),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C); toolfid run keeps finished views for --resume"),
