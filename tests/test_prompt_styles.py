@@ -211,3 +211,27 @@ def test_chat_style_renders_a_case_with_no_tools_without_a_tools_block(tokenizer
     assert ("system" in with_system) == (where != TOOLS_IN_USER)
     demos = pick_demos(case, 1)  # a demonstration brings its own tool, shown as for every case
     assert demos[0][0][0].name in chat.render(case, demos)
+
+
+def test_a_tokenizer_is_loaded_once_per_process_and_each_caller_gets_its_own(tmp_path) -> None:
+    """Every view of a run renders with its base's tokenizer: loaded once (a Qwen tokenizer takes about 1 s), each
+    call a copy (a ``chat_template`` file replaces the template on one view's copy only), loaded again when a file of
+    the folder changes."""
+    import os
+    import shutil
+
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+    from lm_eval_toolfid.prompts import chat
+
+    folder = tmp_path / "base"
+    shutil.copytree(fixture_paths()["base"], folder)
+    first = chat.load_tokenizer({"pretrained": str(folder)})
+    first.chat_template = "replaced for one view"
+    second = chat.load_tokenizer({"pretrained": str(folder)})
+    assert second is not first and second.chat_template != "replaced for one view"
+    assert len([k for k in chat._TOKENIZERS if k[0] == str(folder)]) == 1
+    config = folder / "tokenizer_config.json"
+    config.write_text(config.read_text())  # rewritten: a newer time
+    os.utime(config, ns=(1, 1))
+    chat.load_tokenizer({"pretrained": str(folder)})
+    assert len([k for k in chat._TOKENIZERS if k[0] == str(folder)]) == 2
