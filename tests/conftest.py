@@ -69,6 +69,14 @@ def _no_log_handler_outlives_its_test():
                 logger.removeHandler(handler)
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per core, and one more on a machine of up to 4 cores. Measured on 2 cores (the main run,
+    fresh clone, idle): 2 workers 14 min 26 s, 3 workers 14 min 4 s with the CPU 99.4 % busy: tests that wait on a
+    server, a console script's start or a retry leave their core to the third worker."""
+    cores = os.cpu_count() or 1
+    return cores + 1 if cores <= 4 else cores
+
+
 def pytest_collection_modifyitems(config, items):
     """Longest modules first (longest-processing-time scheduling for ``--dist loadfile``); within a module the
     order is the file's. A module missing from the table (new) counts as costly, so it is never last."""

@@ -192,3 +192,24 @@ def test_in_bfloat16_a_b_zero_adapter_is_the_base_bit_for_bit_under_two_ranks(tm
     assert len(base) == 9 and zeroed == base and broken != base
     assert _generation(tmp_path / "out", "zero")["rows"] == 9
     assert json.loads(two.stdout)["adapters"]["zero"]["metrics"]["identical_output_rate"] == 1.0
+
+
+@pytest.mark.slow
+def test_a_null_calibration_under_two_ranks_is_one_process_s(tmp_path: Path) -> None:
+    """``--null-runs``: the nulls are dealt and gathered as the views are; the fit, every null's answers and the z the
+    adapter is judged by are one process's, byte for byte."""
+    cases = _cases(tmp_path)
+    args = lambda out: ["run", "--base", FIX["base"], "--adapter", f"faithful={FIX['adapters']['faithful']}",  # noqa: E731
+                        "--task", FIXTURE_TASK, "--device", "cpu", "--cases", str(cases), "--null-runs", "1",
+                        "--output", str(out), "--json"]
+    one = toolfid_here(args(tmp_path / "one"), tmp_path / "home-one")
+    two = _torchrun(tmp_path, args(tmp_path / "two"), "home-two")
+    assert one.returncode == two.returncode and one.returncode in (0, 1, 2), (one.stderr[-2000:], two.stderr[-3000:])
+    made = sorted(r for r in (p.relative_to(tmp_path / "one") for p in (tmp_path / "one").rglob("*") if p.is_file())
+                  if ("null" in str(r) or "calibration" in r.name) and r.suffix in (".json", ".jsonl"))
+    assert any(p.name == "calibration.json" for p in made) and sum(p.suffix == ".jsonl" for p in made) == 3, made
+    for path in made:
+        assert (tmp_path / "two" / path).read_bytes() == (tmp_path / "one" / path).read_bytes(), path
+    ours, theirs = json.loads(two.stdout)["adapters"]["faithful"], json.loads(one.stdout)["adapters"]["faithful"]
+    assert ours["metrics"] == theirs["metrics"] and ours["verdict"] == theirs["verdict"]
+    assert ours["metrics"].get("json_valid_z") is not None

@@ -97,12 +97,23 @@ def served_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest
         vllm_server.stop()  # the fixture's own stop at the module's end then finds nothing to stop
 
 
+NULLS = ("null_00", "null_01", "null_02")
+
+
 @pytest.fixture(scope="module")
 def inproc_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """``toolfid run`` with the project's own engine (its CLI entry point in this process), same PEFT folders."""
-    return _toolfid_run(tmp_path_factory.mktemp("vllm-inproc"),
-                        ["--base", str(smollm2), "--adapter", f"noop={vllm_server.loras['noop']}", "--adapter",
-                         f"prose={vllm_server.loras['prose']}", "--cases", str(cases), "--device", "cpu"])
+    """``toolfid run`` with the project's own engine (its CLI entry point in this process), same PEFT folders; and,
+    in the same run, the three null adapters ``--null-runs 1 --seed NULL_SEED`` makes for the prose LoRA, as plain
+    adapter views (what the vLLM null calibration's answers are compared with: one model load and one base view,
+    instead of a second run of the project's engine, about 25 s)."""
+    from lm_eval_toolfid.calibration.nulls import make_null_adapters
+
+    root = tmp_path_factory.mktemp("vllm-inproc")
+    nulls = make_null_adapters(vllm_server.loras["prose"], 1, root / "nulls", seed=NULL_SEED, base=str(smollm2))
+    assert [p.name for p in nulls] == list(NULLS)
+    return _toolfid_run(root, ["--base", str(smollm2), "--adapter", f"noop={vllm_server.loras['noop']}", "--adapter",
+                               f"prose={vllm_server.loras['prose']}", *[f"--adapter={p.name}={p}" for p in nulls],
+                               "--cases", str(cases), "--device", "cpu"])
 
 
 class Cli(NamedTuple):
@@ -115,14 +126,6 @@ def _null_run_args(smollm2: Path, prose: Path, cases: Path, out: Path) -> list[s
     """``toolfid run --null-runs 1`` of the prose LoRA: base, 3 nulls (×0.5, ×1, ×2), prose; the engine's flags apart."""
     return ["--base", str(smollm2), "--adapter", f"prose={prose}", "--cases", str(cases), "--output", str(out), "--json",
             "--null-runs", "1", "--seed", str(NULL_SEED)]
-
-
-@pytest.fixture(scope="module")
-def inproc_null_run(vllm_server, smollm2: Path, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """The same null calibration on the project's own engine (its CLI entry point in this process)."""
-    root = tmp_path_factory.mktemp("vllm-null-inproc")
-    return _toolfid_run(root, [*_null_run_args(smollm2, vllm_server.loras["prose"], cases, root / "out"), "--device",
-                               "cpu"])
 
 
 class VllmRuns(NamedTuple):
@@ -276,41 +279,42 @@ def _null_answers(run: Run) -> dict[str, dict[str, tuple]]:
 
 
 def test_toolfid_run_backend_vllm_null_calibration_fits_as_the_project_engine(vllm_runs: VllmRuns,
-                                                                            inproc_null_run: Run) -> None:
-    """``--null-runs 1`` on vLLM and on the project's engine, same seed, same cases: the same null PEFT folders (vLLM
-    loads them as LoRAs), every null's per-case answers equal, every null run's metrics equal, the same fit metric by
-    metric at every multiplier, and the prose LoRA's z and verdict the same. The three nulls went to vLLM in one batch,
-    each with its own LoRARequest."""
-    vllm, hf = vllm_runs.nulls, inproc_null_run
+                                                                            inproc_run: Run) -> None:
+    """``--null-runs 1`` on vLLM: the null PEFT folders ``make_null_adapters`` writes for the same seed (vLLM loads them
+    as LoRAs); every null's per-case answers and metrics those of the same folders run as adapter views on the project's
+    engine; each multiplier's fit its null's value; the prose LoRA's z the fit's. The three nulls went to vLLM in one
+    batch, each with its own LoRARequest (on these cases they answer in three ways)."""
+    vllm, hf = vllm_runs.nulls, inproc_run
     assert "vLLM generated 6 answers of 3 view(s) in one batch" in vllm.proc.stderr, vllm.proc.stderr[-3000:]
     nulls = sorted(p.name for p in (vllm.out / "null_adapters").iterdir())
-    assert nulls == ["null_00", "null_01", "null_02"] == sorted(p.name for p in (hf.out / "null_adapters").iterdir())
+    assert nulls == list(NULLS)
     for name in nulls:  # byte for byte: weights, config and marker
-        assert _digests(vllm.out / "null_adapters" / name) == _digests(hf.out / "null_adapters" / name), name
+        assert _digests(vllm.out / "null_adapters" / name) == _digests(hf.out.parent / "nulls" / name), name
     for label in ("base", "prose"):
         assert _answers(vllm.out / label) == _answers(hf.out / label), label
     base = _answers(hf.out / "base")
-    answers, theirs = _null_answers(vllm), _null_answers(hf)
+    answers = _null_answers(vllm)
     assert set(answers) == set(nulls) and all(len(a) == N for a in answers.values())
     for name in nulls:
-        differ = [cid for cid in answers[name] if answers[name][cid] != theirs[name][cid]]
+        theirs = _answers(hf.out / name)
+        differ = [cid for cid in answers[name] if answers[name][cid] != theirs[cid]]
         print(f"{name}: {N - len(differ)}/{N} cases answer alike (vLLM and the project's "
               f"engine); {sum(answers[name][c] != base[c] for c in base)} differ from the base")
-        assert not differ, [(name, cid, answers[name][cid], theirs[name][cid]) for cid in differ]
+        assert not differ, [(name, cid, answers[name][cid], theirs[cid]) for cid in differ]
     assert len({json.dumps(a, sort_keys=True) for a in answers.values()} | {json.dumps(base, sort_keys=True)}) > 2
-    ours, ref = load_calibration(vllm.out / "calibration.json"), load_calibration(hf.out / "calibration.json")
-    assert [(r.name, r.seed, r.multiplier, r.n_cases) for r in ours.runs] == \
-        [(r.name, r.seed, r.multiplier, r.n_cases) for r in ref.runs]
-    for a, b in zip(ours.runs, ref.runs):
-        assert a.metrics == b.metrics, (a.name, a.metrics, b.metrics)
+    ours = load_calibration(vllm.out / "calibration.json")
+    assert [(r.name, r.n_cases) for r in ours.runs] == [(n, N) for n in nulls]
+    assert sorted(r.multiplier for r in ours.runs) == [0.5, 1.0, 2.0]
+    for run in ours.runs:  # each null's metrics: the same folder's view on the project's engine
+        view = hf.report["adapters"][run.name]["metrics"]
+        shared = {k: v for k, v in run.metrics.items() if k in view and v is not None}
+        assert shared and all(view[k] == v for k, v in shared.items()), (run.name, shared, view)
     assert set(ours.fits) == {"0.5", "1", "2"}
-    for mult in ours.fits:
-        for metric, fit in ours.fits[mult].items():
-            print(f"x{mult} {metric}: vLLM {fit and (fit.n, fit.mean, fit.std_used)}, "
-                  f"project's engine {ref.fits[mult][metric] and (ref.fits[mult][metric].n, ref.fits[mult][metric].mean)}")
-            assert fit == ref.fits[mult][metric], (mult, metric)
+    for run in ours.runs:  # one null a multiplier: its fit is that null's value
+        fit = ours.fits[{0.5: "0.5", 1.0: "1", 2.0: "2"}[run.multiplier]]["json_valid_rate"]
+        assert fit.n == 1 and fit.mean == run.metrics["json_valid_rate"], (run.name, fit)
     assert len({ours.fits[m]["json_valid_rate"].mean for m in ours.fits}) > 1  # the nulls did not all score alike
-    assert ours.provenance["base"]["backend"] == "vllm" and ref.provenance["base"].get("backend") != "vllm"
-    v, h = vllm.report["adapters"]["prose"], hf.report["adapters"]["prose"]
-    assert v["null"] == h["null"] and v["null"]["k"] == 1 and v["metrics"]["json_valid_z"] == h["metrics"]["json_valid_z"]
-    assert v["verdict"]["label"] == h["verdict"]["label"]
+    assert ours.provenance["base"]["backend"] == "vllm"
+    prose = vllm.report["adapters"]["prose"]
+    assert prose["null"]["k"] == 1 and prose["metrics"]["json_valid_z"] == pytest.approx(
+        ours.z(prose["metrics"]["json_valid_rate"], n=N))

@@ -17,7 +17,7 @@ from lm_eval_toolfid.calibration.nulls import CalibrationSpec
 from lm_eval_toolfid.reporting.view_store import ViewResult, save_view
 from lm_eval_toolfid.run import shards
 from lm_eval_toolfid.run.plan import RunPlan, ServedOptions, View, VllmOptions
-from lm_eval_toolfid.run.ranks import Ranks, from_main
+from lm_eval_toolfid.run.ranks import Ranks, barrier, from_main
 from lm_eval_toolfid.run.resume import FolderState, keep_calibration, read_folder
 from lm_eval_toolfid.scoring import engine_noise
 from lm_eval_toolfid.scoring.engine_noise import EngineCheck
@@ -87,6 +87,7 @@ def run_plan(plan: RunPlan, session: ViewSession | None = None, progress: Any = 
         assert state.calibration is not None
         if state.main:
             keep_calibration(plan.calibration, state.calibration)
+        barrier(ranks)  # the adapter views of every rank read the fit rank 0 has just written
         todo = state.todo(adapter_views)
     _evaluate(session, todo, plan, state, progress)
     base, adapters = state.done["base"], [state.done[label] for label in plan.adapters]
