@@ -141,7 +141,7 @@ class Progress:
         """One line per view: its cases and time; in a group decoded together, the first view's line says the
         group and the time of all of it, the others' say where they were decoded (no time of their own)."""
         seconds = time.monotonic() - self._view_t0
-        rate = f", {self.tokens / self.gen_seconds:.0f} tok/s so far" if self.gen_seconds > 0 else ""
+        rate = f", {self.tokens / self.gen_seconds:.0f} tok/s so far" if self.gen_seconds > 0 and self.tokens else ""
         n = n_cases if n_cases is not None else self.view_done
         where = f"[{self.view_index}/{len(self.views)}]"
         group = self._group(label)
@@ -352,11 +352,13 @@ def count_tokens(lm: Any, progress: Progress) -> None:
 
     def generate(context: Any, *args: Any, **kwargs: Any) -> Any:
         t0 = time.monotonic()
+        reused = getattr(lm, "reused_tokens", 0)
         out = original(context, *args, **kwargs)
         try:
             new = out[:, context.shape[1]:]
             pad = getattr(getattr(lm, "tokenizer", None), "pad_token_id", None)
             n = int((new != pad).sum()) if pad is not None else int(new.numel())
+            n -= getattr(lm, "reused_tokens", 0) - reused  # read back from a shard, not generated here
         except Exception:  # noqa: BLE001 - counting must never break generation
             n = 0
         progress.add_tokens(n, time.monotonic() - t0)

@@ -211,6 +211,10 @@ class ToolfidHFLM(HFLM):
         self.view_label: str | None = None
         """The label of the view being evaluated (set by the session; None: a plain lm-eval run)."""
         self.shards: Any = None
+        self.reused_tokens = 0
+        """Tokens this model handed back that an earlier run's ranks computed (``--resume`` from their shards): not
+        generated here, so a tokens-per-second figure leaves them out."""
+        self._from_shards: set[tuple[str | None, str]] = set()
         """Where the answers of each engine run are kept until their views are saved, and read back by ``--resume``
         (set by the session: :class:`lm_eval_toolfid.run.shards.ShardStore`; None: nowhere)."""
 
@@ -539,14 +543,16 @@ class ToolfidHFLM(HFLM):
         keys = [answer_key(max_new, stop, plan) for plan in plans]
         joint = self.joint
         current = joint.view(joint.current) if joint is not None else None
+        label = current.label if current is not None else self.view_label
         if joint is not None and current is not None:
             found = joint.take(current.label, strings, keys)
             if found is not None:  # computed while an earlier view of the run generated
+                self._count_reused(label, strings, [a.tokens for a in found])
                 return self._assemble(context, max_new, strings, plans, stop,
                                       [(a.tokens, a.info, a.check_text) for a in found])
-        label = current.label if current is not None else self.view_label
         stored = self._stored(label, strings, keys, self.record_drafts if current is None else current.adapter is None)
         if all(a is not None for a in stored):  # --resume: a rank's shard holds every answer
+            self._count_reused(label, strings, [a[0] for a in stored])  # type: ignore[index]
             return self._assemble(context, max_new, strings, plans, stop, stored)  # type: ignore[arg-type]
         mask = attention_mask if attention_mask is not None else torch.ones_like(context)
         prompts = [row[m.bool()].tolist() for row, m in zip(context.cpu(), mask.cpu())]
@@ -577,6 +583,7 @@ class ToolfidHFLM(HFLM):
                 for k, (lane, fresh) in enumerate(zip(lanes, computed))
                 if (lane.label if lane is not None else label) is not None})
         mine = answers[0]
+        self._count_reused(label, strings, [a[0] for a in mine])
         for lane, lane_answers, keys_of_lane in zip(lanes[1:], answers[1:], lane_keys[1:]):
             assert joint is not None and lane is not None
             held = joint.answers.setdefault(lane.label, {})
@@ -598,8 +605,14 @@ class ToolfidHFLM(HFLM):
                 continue
             if base_lane:
                 self.drafts[s] = list(answer.tokens)
+            self._from_shards.add((label, s))
             out.append((list(answer.tokens), answer.info, answer.check_text))
         return out
+
+    def _count_reused(self, label: str | None, strings: list[str], tokens: list[list[int]]) -> None:
+        """The tokens handed back for view ``label`` that came from a shard (not generated in this process)."""
+        if self._from_shards:
+            self.reused_tokens += sum(len(t) for s, t in zip(strings, tokens) if (label, s) in self._from_shards)
 
     def _views_that_fit(self, prompts: list[list[int]], max_new: int, joint: JointRun, strings: list[str]) -> int:
         """How many views' rows the free memory holds at once (the KV of every row of each)."""
