@@ -98,17 +98,7 @@ def test_two_ranks_give_one_process_s_report_samples_and_exit_code(tmp_path: Pat
     metrics = theirs["adapters"]["broken"]["metrics"]
     assert metrics.get("result_grounding_rate") is not None and "false_call_rate" in metrics, metrics  # both there
     assert ours["base"] == theirs["base"]
-    for label in ("broken", "faithful"):
-        assert ours["adapters"][label]["metrics"] == theirs["adapters"][label]["metrics"], label
-        assert ours["adapters"][label]["verdict"] == theirs["adapters"][label]["verdict"], label
-    for view in ("base", "broken", "faithful"):
-        assert (tmp_path / "two" / view / "samples.jsonl").read_bytes() == \
-            (tmp_path / "one" / view / "samples.jsonl").read_bytes(), view
-        # the generation record counts every rank's rows, as one process's does
-        mine, whole = _generation(tmp_path / "two", view), _generation(tmp_path / "one", view)
-        counted = ("rows", "tokens", "tokens_decoded", "tokens_accepted", "rows_verified", "prompt_tokens")
-        assert {k: mine.get(k) for k in counted} == {k: whole.get(k) for k in counted}, (view, mine, whole)
-        assert mine["rows"] == 5
+    _as_one_process(tmp_path / "two", ours, tmp_path / "one", theirs)
     assert not (tmp_path / "two" / "shards").exists()  # every view saved: the ranks' shards removed
     assert "3 cases a rank on 2 ranks" in two.stderr and "[1/3] base: 5 cases" in two.stderr, two.stderr[-2000:]
     assert two.stderr.count("[1/3] base") == 1  # one progress display: rank 0's
@@ -137,16 +127,22 @@ def test_two_ranks_give_one_process_s_report_samples_and_exit_code(tmp_path: Pat
     if int(reused.group(1)) == 5:  # no base token generated here: no tokens-per-second made of read-back answers
         line = next(x for x in resumed.stderr.splitlines() if "] base: 5 cases" in x)
         assert "tok/s" not in line, line
-    report = json.loads(resumed.stdout)
+    _as_one_process(tmp_path / "died", json.loads(resumed.stdout), tmp_path / "one", theirs)
+    assert not (tmp_path / "died" / "shards").exists()
+
+
+def _as_one_process(out: Path, report: dict, one: Path, theirs: dict) -> None:
+    """A run's folder and report are one process's: every adapter's metrics and verdict, every view's samples byte for
+    byte, and each view's generation record counting every case (every rank's rows)."""
     for label in ("broken", "faithful"):
         assert report["adapters"][label]["metrics"] == theirs["adapters"][label]["metrics"], label
         assert report["adapters"][label]["verdict"] == theirs["adapters"][label]["verdict"], label
+    counted = ("rows", "tokens", "tokens_decoded", "tokens_accepted", "rows_verified", "prompt_tokens")
     for view in ("base", "broken", "faithful"):
-        assert (tmp_path / "died" / view / "samples.jsonl").read_bytes() == \
-            (tmp_path / "one" / view / "samples.jsonl").read_bytes(), view
-        mine, whole = _generation(tmp_path / "died", view), _generation(tmp_path / "one", view)
+        assert (out / view / "samples.jsonl").read_bytes() == (one / view / "samples.jsonl").read_bytes(), view
+        mine, whole = _generation(out, view), _generation(one, view)
         assert {k: mine.get(k) for k in counted} == {k: whole.get(k) for k in counted}, (view, mine, whole)
-    assert not (tmp_path / "died" / "shards").exists()
+        assert mine["rows"] == 5
 
 
 def _generation(out: Path, view: str) -> dict:

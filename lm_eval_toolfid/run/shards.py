@@ -73,8 +73,6 @@ class ShardStore:
         self.write = write
         """Keep this rank's answers (a launcher's ranks; one process resuming only reads)."""
         self.progress = progress
-        self.written = 0
-        self.reused = 0
         self._held: dict[str, dict[str, StoredAnswer]] | None = None
 
     # --- reading (``--resume``) ---------------------------------------------------------------
@@ -119,7 +117,6 @@ class ShardStore:
         for context, key in zip(contexts, keys):
             answer = held.get(context)
             found.append(answer if answer is not None and answer.key == key_text(key) else None)
-        self.reused += sum(a is not None for a in found)
         return found
 
     # --- writing --------------------------------------------------------------------------------
@@ -139,7 +136,6 @@ class ShardStore:
                 for context, (key, tokens, info, check) in rows.items()}}
         if not views:
             return
-        self.written += 1
         name = f"rank{self.rank}-{time.time_ns()}-{os.getpid()}.json"
         atomic_write_json(self.folder / name, {"format": FORMAT, "rank": self.rank, "world": self.world,
                                                "views": views}, indent=None)
