@@ -91,6 +91,32 @@ def test_task_warnings_become_notes_under_their_view_and_the_verdict_line_is_lef
     assert len(lines) == 2
 
 
+def test_a_run_of_many_views_mutes_lm_eval_once_and_puts_every_level_back(monkeypatch):
+    """Each view's quiet context found lm-eval's loggers already muted for the run: no ``setLevel`` per view (each
+    one clears every logger's cache: a thousand over a hundred views). After the run every level is as it was."""
+    from lm_eval_toolfid.reporting.progress import muted_logs
+
+    names = ("lm_eval", "transformers", "peft", "datasets", "lm_eval.toolfid")
+    before = {n: logging.getLogger(n).level for n in names}
+    calls = []
+    real = logging.Logger.setLevel
+    monkeypatch.setattr(logging.Logger, "setLevel", lambda self, level: (calls.append(self.name), real(self, level)))
+    progress = Progress([f"v{k}" for k in range(10)], stream=io.StringIO(), live=False)
+    with muted_logs():
+        muting = len(calls)
+        for k in range(10):
+            progress.view_started(f"v{k}")
+            with quiet_lm_eval(progress):
+                assert logging.getLogger("lm_eval.evaluator").getEffectiveLevel() == logging.ERROR
+                assert not logging.getLogger("lm_eval").isEnabledFor(logging.WARNING)
+            progress.view_finished(f"v{k}", 1)
+    assert muting == 4 and calls.count("lm_eval") == 2 and calls.count("transformers") == 2
+    assert len(calls) <= 8 + 2 * 10  # toolfid's own logger: set and put back per view, unless already at WARNING
+    assert {n: logging.getLogger(n).level for n in names} == before
+    with muted_logs(verbose=True):  # --verbose: lm-eval's logs as they are
+        assert logging.getLogger("lm_eval").level == before["lm_eval"]
+
+
 # --- the screen, from the scoring core's own verdicts (no model) -----------------------------------------------
 
 def _row(label, ft_texts, base_texts, generation=None):

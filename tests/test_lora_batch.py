@@ -148,6 +148,42 @@ def test_base_and_zero_rows_are_the_base_bit_for_bit_and_adapter_rows_peft_up_to
     assert torch.allclose(ours, peft, atol=tol, rtol=0), (ours - peft).abs().max()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_pass_named_on_the_host_skips_what_its_rows_need_not_compute_bit_for_bit(tiny: dict[str, Any],
+                                                                                   dtype: str) -> None:
+    """A prompt or verification pass names its rows' adapters on the host: where no row has a delta (B = 0 rows, base
+    rows) a layer computes nothing of the LoRA, where every row has one it skips the ``where``; the answers are those
+    of the per-row ``where`` a decode step (which a CUDA graph replays for other rows) keeps."""
+    import torch
+
+    from lm_eval_toolfid.engine.config import EngineStats
+    from lm_eval_toolfid.engine.model_runner import ModelFit, ModelRunner
+    from lm_eval_toolfid.engine.step_cost import call_counter
+
+    model = copy.deepcopy(tiny["model"]).to(getattr(torch, dtype))
+    runner = ModelRunner(model, ModelFit.of(model), 0, EngineStats(), fold_gqa=False)
+    layers = 7 * 2
+    for views, bmm, where in ((["zero", None, "zero"], 0, 0), (["a1", "a2", "a3"], 2 * layers, 0),
+                              ([None, "a1", "zero"], 2 * layers, layers)):
+        ids = torch.tensor([[3, 1, 4, 1, 5]] * len(views))
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                  "position_ids": torch.arange(ids.shape[1]).expand(len(views), -1)}
+        with torch.inference_mode(), runner.routing(views) as stacked:
+            assert stacked
+            runner.adapters.route(views, runner.view_ids(views))  # a prompt pass: named on the host
+            assert runner.lora.current.known is not None
+            with call_counter() as named:
+                by_name = model(**inputs).logits
+            runner.adapters.route(views, runner.view_ids(views), step=True)  # a decode step: per row on the device
+            assert runner.lora.current.known is None
+            with call_counter() as counted:
+                per_row = model(**inputs).logits
+        assert torch.equal(by_name, per_row), (views, dtype)
+        assert named.by_name.get("aten.bmm", 0) + named.by_name.get("aten.baddbmm", 0) == bmm, views
+        assert named.by_name.get("aten.where", 0) - counted.by_name.get("aten.where", 0) == where - layers, views
+        assert _syncs(named) == _syncs(counted)
+
+
 def test_a_stacked_forward_reads_nothing_back_to_the_host(tiny: dict[str, Any]) -> None:
     import torch
 

@@ -249,3 +249,25 @@ def test_a_folder_s_fingerprint_is_remembered_only_while_its_files_stay_as_they_
     with weights.open("r+b") as fh:  # rewritten in place, the same size
         fh.write(b"b" * 64)
     assert identity.dir_fingerprint(folder) != fresh
+
+
+def test_a_task_s_documents_are_the_arrow_table_s_rows_as_plain_dicts_each_task_its_own() -> None:
+    """lm-eval iterates a task's documents several times per view; an Arrow table formats each row each time
+    (seconds over a hundred views). The task hands lm-eval the same rows as plain dicts, with the table's features,
+    each task its own copies (a view that changed a document would change no other view's)."""
+    from lm_eval.tasks import TaskManager
+
+    from lm_eval_toolfid.cases.bundled import fixture_paths, tasks_path
+
+    meta = {"pretrained": fixture_paths()["base"]}
+    first, second = (TaskManager(include_path=str(tasks_path()), include_defaults=False, metadata=meta).load(
+        ["tool_use_fidelity_fixture"])["tasks"]["tool_use_fidelity_fixture"] for _ in range(2))
+    table = first.dataset["test"]
+    docs = first.test_docs()
+    assert docs == list(table) and all(type(d) is dict for d in docs)
+    assert docs.features == table.features and first.features == list(table.features)
+    assert first.eval_docs is docs  # built once per task
+    other = second.test_docs()
+    assert other == docs and all(a is not b for a, b in zip(other, docs))
+    other[0]["prompt"] = "changed in one view"
+    assert first.test_docs()[0]["prompt"] == table[0]["prompt"]

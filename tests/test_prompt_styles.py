@@ -235,3 +235,35 @@ def test_a_tokenizer_is_loaded_once_per_process_and_each_caller_gets_its_own(tmp
     os.utime(config, ns=(1, 1))
     chat.load_tokenizer({"pretrained": str(folder)})
     assert len([k for k in chat._TOKENIZERS if k[0] == str(folder)]) == 2
+
+
+def test_the_views_of_a_run_share_one_prompter_whose_prompts_are_rendered_once(tmp_path) -> None:
+    """Every view of a run (a hundred adapters) renders the same cases the same way: one prompter per process for
+    the same arguments (the adapter is not one of them: both views render with the base's tokenizer), its prompts
+    rendered once; a chat template file changed on disk, another style or another case list is another prompter."""
+    import os
+
+    from lm_eval_toolfid.prompts.prompter import render_prompt, shared_prompter
+
+    folder = tmp_path / "base"
+    shutil.copytree(fixture_paths()["base"], folder)
+    template = tmp_path / "template.jinja"
+    template.write_text("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>")
+    cases = load_cases("fixture")
+
+    def prompter(peft: str, style: str = "chat", of: list | None = None) -> object:
+        return shared_prompter(style, 0, None, {"pretrained": str(folder), "peft": peft}, str(template), "plain-v3",
+                               of if of is not None else cases, 2)
+
+    first = prompter("/adapters/a")
+    assert prompter("/adapters/b") is first  # another adapter of the same base: the same prompts
+    assert [first.render(c) for c in cases] == [render_prompt(c, first.settings, first.chat) for c in cases]
+    assert first.render(cases[0]) is first.render(cases[0])  # rendered once
+    plain = prompter("/adapters/a", "plain")
+    assert plain is not first and plain.render(cases[0]) != first.render(cases[0])
+    assert prompter("/adapters/a", of=cases[:3]) is not first  # another case list
+    template.write_text(template.read_text().replace("<assistant>", "<bot>"))
+    os.utime(template, ns=(1, 1))
+    changed = prompter("/adapters/a")
+    assert changed is not first and changed.render(cases[0]).endswith("<bot>")
+    assert first.render(cases[0]).endswith("<assistant>")

@@ -208,3 +208,77 @@ def test_the_row_stops_only_where_the_whole_decoded_text_is_settled() -> None:
     assert reasons.index("stop") == pieces.index("}")
     assert tok.decode(ids[:pieces.index("}") + 1]) == '{"name": "f", "arguments": {"a": 1}}'
     assert stopper.whole_text_checks == 1
+
+
+class _NoSharedWalk:
+    """The same stopper without its ``decisions``: every token pushed one by one, as before the shared walk."""
+
+    def __init__(self, stopper: RowStopper) -> None:
+        self.stopper = stopper
+
+    def push(self, token: int) -> str | None:
+        return self.stopper.push(token)
+
+
+def _verify_then_decode(stopper, draft: list[int], model: list[int], gaps: list[float], chunks: list[int],
+                        max_new: int) -> tuple[list, dict]:
+    """A verified row as the engine walks it: its first token from the prompt pass, the draft verified in chunks
+    (``model[j]``: the model's pick at position j), then decode steps after a divergence."""
+    import dataclasses
+
+    from lm_eval_toolfid.engine.acceptance import accept_predictions, take_token
+    from lm_eval_toolfid.engine.handoffs import RowState
+    from lm_eval_toolfid.engine.rows import LiveRow, Row, RowResult
+
+    live = LiveRow(0, Row(prompt=[0], stopper=stopper, max_new=max_new, draft=draft), RowResult())
+    states = [accept_predictions(live, [(model[0], gaps[0])], verified=False, near_tie=0.5, record=True)]
+    k = 0
+    while states[-1] is RowState.VERIFY:
+        pos = len(live.result.tokens)
+        n = chunks[k % len(chunks)]
+        k += 1
+        states.append(accept_predictions(live, list(zip(model[pos:pos + n], gaps[pos:pos + n])), verified=True,
+                                         near_tie=0.5, record=True))
+    if states[-1] is RowState.DECODE:
+        pos = len(live.result.tokens)
+        for token, gap in zip(model[pos:], gaps[pos:]):
+            if take_token(live.result, live.row, token, gap, verified=False, near_tie=0.5, record=True):
+                states.append("stopped")
+                break
+    result = dataclasses.asdict(live.result)
+    result.pop("deferred")
+    return states + [live.pending], result
+
+
+@settings(max_examples=400, deadline=None)
+@given(call=st.sampled_from(CALLS), tail=st.sampled_from(TAILS), until=st.sampled_from(UNTILS),
+       primed=st.booleans(), single=st.booleans(), diverge=st.integers(min_value=0, max_value=40),
+       chunks=st.lists(st.integers(min_value=1, max_value=9), min_size=1, max_size=4),
+       max_new=st.integers(min_value=1, max_value=120), eos_at=st.integers(min_value=-1, max_value=60),
+       cut=st.integers(min_value=1, max_value=8),
+       gaps=st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=120, max_size=120))
+def test_verified_tokens_taken_from_the_drafts_shared_walk_are_those_taken_one_by_one(
+        call: str, tail: str, until: list[str], primed: bool, single: bool, diverge: int, chunks: list[int],
+        max_new: int, eos_at: int, cut: int, gaps: list[float]) -> None:
+    """A verified row takes the tokens that match its draft at once, reading where it stops from the draft's walk
+    that every view's row of the same case shares: its tokens, counts, near ties, gaps, stop and the state the
+    engine goes on in (decode steps after a divergence, its stopper caught up) are those of the token-by-token walk,
+    whatever the chunks, the budget, an EOS in the draft or where the model diverges."""
+    tok = PieceTokenizer()
+    prefix = PRIMER if primed else ""
+    text = call[len(prefix):] + tail
+    draft = tok.encode([text[i:i + cut] for i in range(0, len(text), cut)])
+    eos = tok.encode(["<eos>"])[0]
+    if 0 <= eos_at < len(draft) and eos_at % 3 == 0:
+        draft = draft[:eos_at] + [eos] + draft[eos_at:]
+    other = tok.encode([" "])[0]  # the model's own pick, then the rest of the call: its end needs what came before
+    model = (draft[:diverge] + [other] + draft[diverge:] + tok.encode(list(" more text after it, then more")) * 3)[:120]
+
+    def stopper() -> RowStopper:
+        return RowStopper(tok, (eos,), until, max_new, call_end=single, prefix=prefix)
+
+    shared = _verify_then_decode(stopper(), draft, model, gaps, chunks, max_new)
+    alone = _verify_then_decode(_NoSharedWalk(stopper()), draft, model, gaps, chunks, max_new)
+    assert shared == alone
+    again = _verify_then_decode(stopper(), draft, model, gaps, chunks, max_new)  # the walk read back, not redone
+    assert again == alone and len(tok.__dict__.get("_toolfid_stops", {})) <= 1

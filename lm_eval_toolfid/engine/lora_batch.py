@@ -140,13 +140,19 @@ class PassRows:
     """Per rank class, ``[rows]`` long: the row's slot in that class (the zero slot when not of it)."""
     live: tuple[Any, ...]
     """Per live pattern, ``[rows, 1, 1]`` bool: the row's adapter has a delta in that pattern's layers."""
+    known: tuple[bool | None, ...] | None = None
+    """Per live pattern, what the host knows of the pass's rows (a pass named by its adapters' names, never a
+    decode step's device index, which a captured graph replays for other rows): ``True`` every row has a delta in
+    that pattern's layers (the ``where`` would pick every row's sum: skipped), ``False`` none has (the layer is the
+    base layer's output: nothing of the LoRA computed), ``None`` some have (the ``where`` picks per row)."""
 
 
 class LoraStack:
     """The adapters of a model gathered per LoRA layer (see the module's docstring)."""
 
     def __init__(self, names: tuple[str, ...], widest: dict[str, int], classes: tuple[int, ...],
-                 layers: dict[int, StackedLayer], slot_of: tuple[Any, ...], live: Any, key: tuple[Any, ...]) -> None:
+                 layers: dict[int, StackedLayer], slot_of: tuple[Any, ...], live: Any, key: tuple[Any, ...],
+                 live_host: tuple[tuple[bool, ...], ...] = ()) -> None:
         self.names = names
         self.widest = widest
         """adapter name -> its widest layer's rank (its class: :func:`rank_class`)."""
@@ -161,18 +167,27 @@ class LoraStack:
         self.live = live
         """``[patterns, K + 1]`` bool on the device: adapter k has a delta in a layer of that pattern (the last
         column, the base, never)."""
+        self.live_host = live_host
+        """:attr:`live` on the host (read once, when the stack was built): which passes may skip the ``where`` or the
+        whole LoRA computation of a layer (:meth:`rows` given the rows' indices on the host)."""
         self.key = key
 
     @property
     def device(self) -> Any:
         return self.live.device
 
-    def rows(self, index: Any) -> PassRows:
+    def rows(self, index: Any, host: Sequence[int] | None = None) -> PassRows:
         """The gathers' indices of a pass whose row b runs adapter ``index[b]`` (a ``[rows]`` long tensor on the
-        device, ``len(names)`` for the base): a few calls per pass and class, none per layer."""
+        device, ``len(names)`` for the base): a few calls per pass and class, none per layer. ``host``: the same
+        indices on the host (a pass named by its adapters' names), so each pattern's :attr:`PassRows.known` says
+        whether every row, or no row, has a delta there."""
         slots = tuple(slot.index_select(0, index) for slot in self.slot_of)
         live = self.live.index_select(1, index)[:, :, None, None]
-        return PassRows(slots=slots, live=tuple(live.unbind(0)))
+        known = None
+        if host is not None and self.live_host:
+            known = tuple(True if all(flags[i] for i in host) else (False if not any(flags[i] for i in host) else None)
+                          for flags in self.live_host)
+        return PassRows(slots=slots, live=tuple(live.unbind(0)), known=known)
 
     @staticmethod
     def key_of(layers: Sequence[Any]) -> tuple[Any, ...]:
@@ -240,12 +255,12 @@ class LoraStack:
             for m, flag in zip(layers, per_layer):
                 pattern = patterns.setdefault(tuple(flag), len(patterns))
                 out[id(m)] = StackedLayer(tuple(RankGroup(c_i, A, B) for c_i, A, B in gathered[id(m)]), pattern)
-            live = torch.tensor([[*p, False] for p in patterns] or [[False] * (K + 1)], dtype=torch.bool,
-                                device=device)
+            live_host = tuple((*p, False) for p in patterns) or ((False,) * (K + 1),)
+            live = torch.tensor([list(p) for p in live_host], dtype=torch.bool, device=device)
             slot_of = tuple(torch.tensor([members[c].index(n) if n in members[c] else len(members[c])
                                           for n in names] + [len(members[c])], dtype=torch.long, device=device)
                             for c in classes)
-        return cls(names, widest, classes, out, slot_of, live, key)
+        return cls(names, widest, classes, out, slot_of, live, key, live_host)
 
 
 def lora_stack(model: Any, layers: Sequence[Any]) -> LoraStack:
@@ -294,25 +309,31 @@ class BatchedLora:
 
     def index(self, views: Sequence[str | None]) -> Any:
         """The rows' adapter index on the device (one host-to-device copy)."""
+        return self.torch.tensor(self._host_index(views), dtype=self.torch.long).to(self.stack.device)
+
+    def _host_index(self, views: Sequence[str | None]) -> list[int]:
         outside = {v for v in views if v is not None} - self.allowed
         if outside:
             raise ValueError(f"rows of adapter(s) {', '.join(sorted(outside))} in a run of {sorted(self.allowed)}")
         base = len(self.stack.names)
-        return self.torch.tensor([base if v is None else self.stack.index[v] for v in views],
-                                 dtype=self.torch.long).to(self.stack.device)
+        return [base if v is None else self.stack.index[v] for v in views]
 
-    def select(self, views: Sequence[str | None] | Any) -> None:
+    def select(self, views: Sequence[str | None] | Any, host: Sequence[str | None] | None = None) -> None:
         """The rows of the next pass: their adapter names (None: the base), or their index on the device. Names are
-        turned into masks once per distinct batch (a decode batch whose rows do not change builds nothing)."""
+        turned into masks once per distinct batch (a decode batch whose rows do not change builds nothing).
+        ``host``: with a device index, the same rows' names, for a pass no graph captures (a prompt or verification
+        pass): each layer then skips what the host knows it need not compute (:attr:`PassRows.known`)."""
         if not isinstance(views, (list, tuple)):
-            self.current = self.stack.rows(views)
+            self.current = self.stack.rows(views, None if host is None else self._host_index(host))
             return
         key = tuple(views)
         rows = self._passes.get(key)
         if rows is None:
             if len(self._passes) >= 256:
                 self._passes.clear()
-            rows = self._passes[key] = self.stack.rows(self.index(views))
+            at = self._host_index(views)
+            rows = self._passes[key] = self.stack.rows(self.torch.tensor(at, dtype=self.torch.long).to(
+                self.stack.device), at)
         self.current = rows
 
     @contextlib.contextmanager
@@ -334,7 +355,8 @@ class BatchedLora:
             raise RuntimeError("a stacked LoRA layer ran outside a pass that named its rows")
         kwargs.pop("adapter_names", None)
         base = module.base_layer(x, *args, **kwargs)
-        if not layer.groups:
+        known = rows.known[layer.pattern] if rows.known is not None else None
+        if not layer.groups or known is False:  # no row of the pass has a delta here: the base layer's output
             return base
         if x.dim() != 3:
             raise RuntimeError(f"a stacked LoRA layer takes [rows, positions, features], not {tuple(x.shape)}")
@@ -350,4 +372,6 @@ class BatchedLora:
             out = torch.baddbmm(out, h, group.B.index_select(0, slot))  # base + h·(s·Bᵀ), one call
         if out.dtype != base.dtype:
             out = out.to(base.dtype)
+        if known:  # every row has a delta here: the where would pick each row's sum
+            return out
         return torch.where(rows.live[layer.pattern], out, base)

@@ -151,7 +151,7 @@ class ModelRunner:
         if views is not None:
             if len(views) != rows:
                 raise ValueError(f"a joint pass of {rows} rows names {len(views)} views")
-            kwargs.update(self.adapters.route(views, view_index))
+            kwargs.update(self.adapters.route(views, view_index, step=step))
         mask = prepared_mask(self.config, attention_mask, q, padded, self.dtype)
         with self.attention():
             out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,

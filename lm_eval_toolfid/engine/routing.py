@@ -78,12 +78,18 @@ class AdapterRouting:
             raise RuntimeError("no gathered LoRA computation is installed")
         return self.lora.index(views)
 
-    def route(self, views: Sequence[str | None], run_view_ids: Any = None) -> dict[str, Any]:
+    def route(self, views: Sequence[str | None], run_view_ids: Any = None, step: bool = False) -> dict[str, Any]:
         """Name the next pass's rows' adapters (``run_view_ids``: the same on the device, read where the routing
-        can); returns the forward's extra keyword arguments (PEFT's ``adapter_names`` where it computes them)."""
+        can); returns the forward's extra keyword arguments (PEFT's ``adapter_names`` where it computes them).
+        ``step``: a decode step, which a CUDA graph may capture and replay for other rows: its layers decide per row
+        on the device; a prompt or verification pass runs eagerly, and its layers skip what its rows' names say
+        they need not compute (:attr:`~lm_eval_toolfid.engine.lora_batch.PassRows.known`)."""
         if self.lora is not None:  # on the device when the pass's inputs carry the rows' views (no host copy)
             on_device = run_view_ids is not None and self._stack_of_view is not None
-            self.lora.select(self._stack_of_view.index_select(0, run_view_ids) if on_device else views)
+            if on_device:
+                self.lora.select(self._stack_of_view.index_select(0, run_view_ids), host=None if step else views)
+            else:
+                self.lora.select(views)
             return {}
         names = [BASE_VIEW if v is None else v for v in views]
         if self._hooked:
@@ -120,8 +126,8 @@ class AdapterRouting:
                 if views is not None:
                     self.run_views = tuple(views)
                     self._stack_of_view = batched.index(self.run_views)
-                if uniform is not None:  # one adapter's view: every row runs it
-                    batched.select(batched.index([uniform]))
+                if uniform is not None:  # one adapter's view: every row runs it, for the whole run (its steps too)
+                    batched.select([uniform])
                 try:
                     yield True
                 finally:

@@ -70,6 +70,10 @@ class RowResult:
     ``lm_eval --model hf ... peft=`` runs) could pick such a token otherwise."""
     gaps: list[float] = field(default_factory=list)
     """Top-two logit gap of every emitted token (only with ``record_gaps``)."""
+    deferred: int = 0
+    """The last tokens taken from a draft whose stop decisions were read from the draft's shared walk
+    (:func:`~lm_eval_toolfid.engine.acceptance.accept_predictions`), not yet pushed into the row's stopper: pushed
+    before the stopper is asked anything else (a row that diverges and decodes on)."""
 
     @property
     def answer(self) -> list[int]:

@@ -12,12 +12,13 @@ A case's history renders in each style as :mod:`lm_eval_toolfid.prompts.history`
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from lm_eval_toolfid.core.errors import ToolfidError
 from lm_eval_toolfid.core.records import Case
 from lm_eval_toolfid.prompts.auto import choose_style
-from lm_eval_toolfid.prompts.chat import TOOLS_IN_TEMPLATE, ChatPrompter, template_spec
+from lm_eval_toolfid.prompts.chat import TOOLS_IN_TEMPLATE, ChatPrompter, _folder_state, template_spec
 from lm_eval_toolfid.prompts.history import HISTORY_FORMAT, raw_transcript
 from lm_eval_toolfid.prompts.plain import (ExampleIndex, PlainTurns, pick_demos, plain_turns, primer_for, primer_of,
                                            render_plain)
@@ -31,6 +32,41 @@ from lm_eval_toolfid.prompts.settings import (
     TEMPLATES,
     PromptSettings,
 )
+
+
+_PROMPTERS: dict[tuple[Any, ...], Prompter] = {}
+"""What :func:`shared_prompter` built: every view of a run (a hundred adapters) renders the same cases alike."""
+
+
+def shared_prompter(style: str, demos: int | None, system_prompt: str | None, model_args: dict[str, Any],
+                    chat_template: str | None, template: str, cases: list[Case], plain_demos: int) -> Prompter:
+    """A :class:`Prompter` built once per process for the same arguments (the same case objects, the same tokenizer
+    folder and chat template file, unchanged on disk), its prompts rendered once. What a prompt depends on of the
+    model args is the tokenizer (``tokenizer``, else ``pretrained``, its revision and ``trust_remote_code``), never the
+    adapter: both views render with the base's tokenizer."""
+    source = model_args.get("tokenizer") or model_args.get("pretrained")
+    tokenizer = (str(source), str(model_args.get("revision") or ""), str(model_args.get("trust_remote_code", "")).lower(),
+                 _folder_state(str(source))) if source and style not in ("plain", "raw") else None
+    key = (style, demos, system_prompt, tokenizer, _file_state(chat_template), template, tuple(map(id, cases)),
+           plain_demos)
+    prompter = _PROMPTERS.get(key)
+    if prompter is None:
+        prompter = Prompter(style, demos, system_prompt, model_args, chat_template, template=template, cases=cases,
+                            plain_demos=plain_demos)
+        if len(_PROMPTERS) > 8:
+            _PROMPTERS.clear()
+        _PROMPTERS[key] = prompter
+    return prompter
+
+
+def _file_state(path: str | None) -> tuple[Any, ...] | None:
+    if not path:
+        return None
+    try:
+        st = Path(path).expanduser().stat()
+    except OSError:
+        return (str(path),)
+    return (str(path), st.st_size, st.st_mtime_ns)
 
 
 def render_prompt(case: Case, settings: PromptSettings = PromptSettings(),
@@ -73,9 +109,19 @@ class Prompter:
                                        chat_template_sha=self.chat.sha if self.chat else None, history=history)
         self.examples = ExampleIndex(cases or []) if self.settings.template == TEMPLATE_EXAMPLES else None
         self.primer = primer_of(self.settings)
+        self._cases = list(cases or [])
+        """Held: the ids of :attr:`_rendered` are these cases' (never an id a collected case left behind)."""
+        self._own = {id(c) for c in self._cases}
+        self._rendered: dict[int, str] = {}
 
     def render(self, case: Case) -> str:
-        return render_prompt(case, self.settings, self.chat, self.examples)
+        """The case's prompt (rendered once per case of the prompter's own case list)."""
+        if id(case) not in self._own:
+            return render_prompt(case, self.settings, self.chat, self.examples)
+        text = self._rendered.get(id(case))
+        if text is None:
+            text = self._rendered[id(case)] = render_prompt(case, self.settings, self.chat, self.examples)
+        return text
 
     def plain_turns(self, case: Case) -> PlainTurns:
         """The plain style's prompt in its parts (for a chat template's turns); the plain style only."""

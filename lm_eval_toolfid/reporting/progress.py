@@ -291,6 +291,28 @@ def _counted_bars(progress: Progress) -> Iterator[None]:
             module.tqdm = original
 
 
+_MUTED = ("lm_eval", "transformers", "peft", "datasets")
+"""The loggers a quiet run mutes below ERROR."""
+
+
+@contextlib.contextmanager
+def muted_logs(verbose: bool = False) -> Iterator[None]:
+    """:data:`_MUTED` at ERROR for a whole run of views (``verbose``: as they are), so that each view's
+    :func:`quiet_lm_eval` finds them muted and sets nothing (``setLevel`` clears every logger's cache: a hundred
+    views paid it a thousand times)."""
+    if verbose:
+        yield
+        return
+    levels = {name: logging.getLogger(name).level for name in _MUTED}
+    try:
+        for name in _MUTED:
+            logging.getLogger(name).setLevel(logging.ERROR)
+        yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
 @contextlib.contextmanager
 def quiet_lm_eval(progress: Progress, verbose: bool = False) -> Iterator[None]:
     """lm-eval's bars feed ``progress`` and its INFO logs are muted, for the duration (``verbose``: its own bars and
@@ -300,7 +322,7 @@ def quiet_lm_eval(progress: Progress, verbose: bool = False) -> Iterator[None]:
             yield
         return
     saved: list[tuple[Any, Any]] = []
-    loggers = {name: logging.getLogger(name).level for name in ("lm_eval", "transformers", "peft", "datasets")}
+    loggers = {name: logging.getLogger(name).level for name in _MUTED}
     ours = logging.getLogger("lm_eval.toolfid")
     ours_state = (ours.level, ours.propagate)
     collector = _NoteCollector(progress)
@@ -312,10 +334,12 @@ def quiet_lm_eval(progress: Progress, verbose: bool = False) -> Iterator[None]:
             if module is not None and hasattr(module, "tqdm"):
                 saved.append((module, module.tqdm))
                 module.tqdm = lambda *a, **k: _Bar(progress, *a, **k)  # type: ignore[attr-defined]
-        for name in loggers:
-            logging.getLogger(name).setLevel(logging.ERROR)
+        for name, level in loggers.items():  # setLevel clears every logger's cache: only where it changes
+            if level != logging.ERROR:
+                logging.getLogger(name).setLevel(logging.ERROR)
         # the task's own warnings go under the view's progress line; its verdict line is the table's row
-        ours.setLevel(logging.WARNING)
+        if ours_state[0] != logging.WARNING:
+            ours.setLevel(logging.WARNING)
         ours.propagate = False
         ours.addHandler(collector)
         with contextlib.suppress(Exception):
@@ -334,9 +358,11 @@ def quiet_lm_eval(progress: Progress, verbose: bool = False) -> Iterator[None]:
         for module, original in saved:
             module.tqdm = original
         for name, level in loggers.items():
-            logging.getLogger(name).setLevel(level)
+            if level != logging.ERROR:
+                logging.getLogger(name).setLevel(level)
         ours.removeHandler(collector)
-        ours.setLevel(ours_state[0])
+        if ours_state[0] != logging.WARNING:
+            ours.setLevel(ours_state[0])
         ours.propagate = ours_state[1]
         progress.close()
 

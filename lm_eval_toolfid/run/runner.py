@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Protocol, Sequence
 
 from lm_eval_toolfid.calibration.nulls import CalibrationSpec
+from lm_eval_toolfid.reporting.progress import muted_logs
 from lm_eval_toolfid.reporting.view_store import ViewResult, save_view
 from lm_eval_toolfid.run import shards
 from lm_eval_toolfid.run.plan import RunPlan, ServedOptions, View, VllmOptions
@@ -146,9 +147,10 @@ def _evaluate(session: ViewSession, views: list[View], plan: RunPlan, state: Fol
     """Each view the session finishes, saved with its manifest before the next, and counted done."""
     if not views:
         return
-    for result in session.evaluate(views, plan):  # run to its end: a session tidies up after each saved view
-        if plan.out_dir is not None and state.main:
-            result.path = save_view(result, plan.out_dir, manifest=state.manifests[result.label])
-        if progress is not None:
-            progress.view_finished(result.label, len(result.samples))
-        state.done[result.label] = result
+    with muted_logs(progress is None or bool(getattr(session, "verbose", False))):
+        for result in session.evaluate(views, plan):  # run to its end: a session tidies up after each saved view
+            if plan.out_dir is not None and state.main:
+                result.path = save_view(result, plan.out_dir, manifest=state.manifests[result.label])
+            if progress is not None:
+                progress.view_finished(result.label, len(result.samples))
+            state.done[result.label] = result

@@ -418,6 +418,19 @@ class ToolfidHFLM(HFLM):
             store.active = None
         self.model.set_adapter(name)
 
+    def get_model_info(self) -> dict:
+        """lm-eval's model info, asked once per view: counting a PEFT model's parameters walks every module (a
+        millisecond a view with a hundred adapters), so it is kept while the model and its PEFT adapters stay the
+        same (the engine's stored adapters add no parameter)."""
+        model = self._model
+        key = (id(model), tuple(getattr(model, "peft_config", None) or ()), str(getattr(model, "dtype", "")),
+               getattr(self, "revision", None), getattr(self, "pretrained", None), getattr(self, "peft", None),
+               getattr(self, "delta", None))
+        held = self.__dict__.get("_toolfid_model_info")
+        if held is None or held[0] != key:
+            held = self.__dict__["_toolfid_model_info"] = (key, super().get_model_info())
+        return dict(held[1])
+
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, left_truncate_len: int | None = None,
                    **kwargs: Any) -> list[int]:
         """HFLM's ``tok_encode``, each string tokenized once per model (every view of a run asks its prompts again:

@@ -97,6 +97,27 @@ class RowStopper:
                 self._whole = True
         return "length" if self.count >= self.max_new else None
 
+    def decisions(self, tokens: Sequence[int]) -> list[str | None]:
+        """What a fresh stopper of this row's rules answers to each token of ``tokens`` pushed in turn, up to and
+        including the one that stops it: the stop rule is a function of the tokens alone, so the rows of a hundred
+        views verifying the same draft under the same rules share one walk of it (kept on the tokenizer, as its
+        decode windows are) instead of a hundred token-by-token ones. This stopper's own state is not touched."""
+        key = (self.eos_ids, tuple(self.until), self.max_new, self.call_end, self.prefix, tuple(tokens))
+        held = getattr(self.tokenizer, "__dict__", None)
+        cache = held.setdefault("_toolfid_stops", {}) if held is not None else {}
+        out = cache.get(key)
+        if out is None:
+            fresh = RowStopper(self.tokenizer, self.eos_ids, self.until, self.max_new, self.call_end, self.prefix)
+            out = []
+            for token in tokens:
+                out.append(fresh.push(int(token)))
+                if out[-1] is not None:
+                    break
+            if len(cache) >= 16_384:
+                cache.clear()
+            cache[key] = out
+        return out
+
     def _settled_whole(self) -> bool:
         """The rule on the whole generation, decoded as lm-eval decodes it."""
         text = self.tokenizer.decode(self._decoder.ids, skip_special_tokens=True)  # type: ignore[union-attr]

@@ -35,7 +35,7 @@ from lm_eval_toolfid.prompts.auto import AUTO
 from lm_eval_toolfid.prompts.chat import shipped_chat_template, template_sha
 from lm_eval_toolfid.prompts.history import conversation_text
 from lm_eval_toolfid.prompts.plain import render_demo_call
-from lm_eval_toolfid.prompts.prompter import Prompter
+from lm_eval_toolfid.prompts.prompter import Prompter, shared_prompter
 from lm_eval_toolfid.integrations.lm_eval.generation_record import summarize_generation
 from lm_eval_toolfid.scoring.metrics import METRICS, case_items, higher_is_better_map
 from lm_eval_toolfid.serving.client import list_models
@@ -141,14 +141,25 @@ def caller_model_args() -> dict[str, Any]:
     return args
 
 
-_DOCUMENTS: dict[tuple[int, ...], tuple[list[Case], datasets.DatasetDict]] = {}
-"""The ids of a loaded case list's (frozen) cases -> (the list, held; its documents): every view of a run (a hundred
-adapters) builds its task from the same cases, and an Arrow table of them costs milliseconds each time."""
+_DOCUMENTS: dict[tuple[int, ...], tuple[list[Case], datasets.DatasetDict, list[dict[str, Any]]]] = {}
+"""The ids of a loaded case list's (frozen) cases -> (the list, held; its documents; the same as plain rows): every
+view of a run (a hundred adapters) builds its task from the same cases, and an Arrow table of them costs milliseconds
+each time."""
 
 
-def _documents(cases: list[Case]) -> datasets.DatasetDict:
+class Documents(list):  # type: ignore[type-arg]
+    """The task's test documents as plain dicts, with the Arrow table's ``features`` (what lm-eval reads of the
+    table): lm-eval iterates a task's documents several times per view (its task's set-up, the requests, the
+    results), and an Arrow table formats every row again each time (milliseconds per view; seconds for a hundred
+    views)."""
+
+    features: Any = None
+
+
+def _documents(cases: list[Case]) -> tuple[datasets.DatasetDict, list[dict[str, Any]]]:
     """The task's documents (one row per case: id, prompt, gold tool, expected calls; a conversation's text and depth
-    when any case has a history), built once per loaded case list (read only: lm-eval maps into new datasets)."""
+    when any case has a history), built once per loaded case list (read only: lm-eval maps into new datasets), and
+    the same rows as dicts (each task copies them)."""
     key = tuple(map(id, cases))
     held = _DOCUMENTS.get(key)
     if held is None:
@@ -159,8 +170,9 @@ def _documents(cases: list[Case]) -> datasets.DatasetDict:
                 row.update(turn_depth=c.turn_depth, conversation=conversation_text(c))
         if len(_DOCUMENTS) > 16:
             _DOCUMENTS.clear()
-        held = _DOCUMENTS[key] = (cases, datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)}))
-    return held[1]
+        table = datasets.Dataset.from_list(rows)
+        held = _DOCUMENTS[key] = (cases, datasets.DatasetDict({"test": table}), list(table))
+    return held[1], held[2]
 
 
 class ToolUseFidelityTask(ConfigurableTask):
@@ -190,6 +202,9 @@ class ToolUseFidelityTask(ConfigurableTask):
         self._cache: CacheUse | None = None
         self._predict_only = False
         self._records: list[dict[str, Any]] = []
+        self._scored: dict[int, Any] = {}
+        """id of a record handed to lm-eval (held in :attr:`_records`) -> its :class:`PairScore`: the finish step
+        reads this process's records back without validating them again (other ranks' arrive as plain dicts)."""
         super().__init__(config=config, **kwargs)
 
     # --- docs and prompts ------------------------------------------------------------------
@@ -201,7 +216,7 @@ class ToolUseFidelityTask(ConfigurableTask):
             raise _fail(exc) from None
         # expected_calls: how many calls answer the case; a backend that stops generating at the end
         # of the first call (ToolfidHFLM) does so only when every request in its batch expects <= 1
-        self.dataset = _documents(list(self.cases.values()))
+        self.dataset, self._rows_of_docs = _documents(list(self.cases.values()))
         self._position = {cid: i for i, cid in enumerate(self.cases)}
         """case id -> its place in the documents (a launcher's ranks: rank 0 orders the gathered values by it)."""
         self.run = FidelityRun(self.settings, self.cases, task_names=(str(self.config.task),))
@@ -215,8 +230,14 @@ class ToolUseFidelityTask(ConfigurableTask):
     def has_test_docs(self) -> bool:
         return True
 
-    def test_docs(self) -> datasets.Dataset:
-        return self.dataset["test"]
+    def test_docs(self) -> Documents:
+        """The documents as plain dicts (:class:`Documents`; this task's own copies, built once per task): what
+        the Arrow table gives, row by row."""
+        docs = self.__dict__.get("_test_docs")
+        if docs is None:
+            docs = self.__dict__["_test_docs"] = Documents(dict(row) for row in self._rows_of_docs)
+            docs.features = self.dataset["test"].features
+        return docs
 
     def case_of(self, doc: dict[str, Any]) -> Case:
         return self.cases[str(doc["id"])]
@@ -226,10 +247,10 @@ class ToolUseFidelityTask(ConfigurableTask):
         """The prompt style (``auto`` resolved to plain/chat, or as given); the chat style loads the
         model's chat template once. An ``auto`` run logs one line saying what it chose and why."""
         try:
-            prompter = Prompter(self.settings.prompt_style, self.settings.demos, self.settings.system_prompt,
-                                self.settings.prompt_model_args, self.settings.chat_template,
-                                template=self.settings.prompt_template, cases=list(self.cases.values()),
-                                plain_demos=self.settings.plain_demos)
+            prompter = shared_prompter(self.settings.prompt_style, self.settings.demos, self.settings.system_prompt,
+                                       self.settings.prompt_model_args, self.settings.chat_template,
+                                       self.settings.prompt_template, list(self.cases.values()),
+                                       self.settings.plain_demos)
         except ToolfidError as exc:
             raise _fail(exc) from None
         if prompter.choice.requested == AUTO:
@@ -512,6 +533,7 @@ class ToolUseFidelityTask(ConfigurableTask):
             record = record.model_copy(update={"answer_source": "request_cache"})
         dumped = record.model_dump(mode="json")
         self._records.append(dumped)
+        self._scored[id(dumped)] = record  # what the finish step reads back (held: the id stays this dict's)
         # the record first: its aggregation is the run's finish step, which the verdict's columns read
         items: dict[str, Any] = {self.record_key: dumped}
         if self.settings.is_adapter_run:  # run-level columns: no per-case value (samples hold the record once)
@@ -573,7 +595,7 @@ class ToolUseFidelityTask(ConfigurableTask):
                 "path")))
         if self._cache is not None:
             self._cache.record_generated()
-        conclusion = self.run.finish(records)
+        conclusion = self.run.finish([self._scored.get(id(r), r) for r in records])
         if isinstance(self.config.metadata, dict):
             self.config.metadata["toolfid"] = self.run.provenance
         return conclusion.pass_value if self.settings.is_adapter_run else float(conclusion.summary.n)
