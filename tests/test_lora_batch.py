@@ -334,6 +334,44 @@ def test_a_rows_flops_are_flat_in_the_number_of_adapters_and_a_wide_one_costs_on
     assert _decode_flops(sixteen, ["wide"] * 8) > 2 * flat_16  # its own rows pay for its width
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_pass_named_on_the_host_computes_each_rank_class_on_its_own_rows_only(dtype: str) -> None:
+    """A prompt or verification pass mixing r = 8 and r = 64 adapters (and base rows): each row pays only its own
+    class's products (FLOPs of the mixed pass = those of each class's rows alone), and gets the logits it gets when
+    the r = 64 rows are r = 8 ones instead (the same batch shape: the base's GEMM alike) and in a decode step's
+    per-row computation of the same pass, bit for bit."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lm_eval_toolfid.engine.config import EngineStats
+    from lm_eval_toolfid.engine.model_runner import ModelFit, ModelRunner
+
+    model = _tiny(2, ["a0", "a1"], zero=False)["model"]
+    _add(model, "wide", 64, seed=1)
+    model = model.to(getattr(torch, dtype))
+    runner = ModelRunner(model, ModelFit.of(model), 0, EngineStats(), fold_gqa=False)
+    views_all = ["a0", "a1", "wide", None]
+
+    def run(views: list[str | None], step: bool = False) -> tuple[Any, float]:
+        ids = torch.tensor([[3, 1, 4, 1, 5]] * len(views))
+        mask, positions = torch.ones_like(ids), torch.arange(ids.shape[1]).expand(len(views), -1)
+        with torch.inference_mode(), runner.routing(views_all), FlopCounterMode(display=False) as counter:
+            index = runner.view_ids(views) if step else None
+            logits = runner.forward(ids, mask, positions, None, ids.shape[1], step=step, views=views, view_index=index)
+        return logits, counter.get_total_flops()
+
+    narrow, wide, base = ["a0", "a1", "a0"], ["wide", "wide"], [None]
+    mixed = ["a0", "wide", None, "a1", "wide", "a0"]
+    logits, flops = run(mixed)
+    alone = {tuple(v): run(v) for v in (narrow, wide, base)}
+    assert flops == sum(f for _, f in alone.values()), (flops, {k: f for k, (_, f) in alone.items()})
+    swapped, _ = run(["a0", "a1", None, "a1", "a0", "a0"])  # the r = 64 rows replaced by r = 8 ones
+    for row in (0, 2, 3, 5):
+        assert torch.equal(logits[row], swapped[row]), (mixed[row], dtype)
+    per_row, step_flops = run(mixed, step=True)  # a decode step: every class for every row, decided on the device
+    assert torch.equal(logits, per_row) and step_flops > flops
+
+
 def test_a_rows_logits_do_not_depend_on_the_other_adapters_loaded_in_any_dtype(tiny: dict[str, Any]) -> None:
     """The same rows with two adapters loaded and with seven (another rank class among them): bit for bit the same
     logits, float32 and bfloat16 (the stack's size never changes a row's arithmetic)."""

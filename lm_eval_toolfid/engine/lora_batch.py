@@ -13,7 +13,12 @@ every LoRA layer computes, in a fixed number of calls whatever the number of ada
 
 Each row computes only its own adapter's blocks (FLOPs per row flat in the number of adapters; one wide adapter
 widens only its own class), so a row's arithmetic does not depend on which or how many adapters share its pass, and
-a NaN in one adapter reaches only its own rows. The LoRA arithmetic runs in float32 and is added to the base layer's
+a NaN in one adapter reaches only its own rows. A pass the host names by its rows' adapters (a prompt, prefix or
+verification pass: :attr:`PassRows.members`, :attr:`PassRows.known`) also skips what its rows do not need: a rank
+class none of its rows is of, the rows of other classes (and base rows) in a class's products (gathered, computed,
+put back: a row of an r = 8 adapter beside r = 64 ones pays r = 8), the LoRA of a layer where no row has a delta and
+the ``where`` where every row has one. A decode step, which a CUDA graph replays for other rows, decides per row on
+the device, every class for every row. The LoRA arithmetic runs in float32 and is added to the base layer's
 output once, rounded once to the model's dtype: what PEFT does with its default ``autocast_adapter_dtype``. A base
 row, and a row of an adapter whose A or B is all zero in that layer, gets the base layer's output exactly (a
 ``where``, never a multiply: ``0 * inf`` is NaN). The same computation serves every pass that computes adapter rows
@@ -140,6 +145,12 @@ class PassRows:
     """Per rank class, ``[rows]`` long: the row's slot in that class (the zero slot when not of it)."""
     live: tuple[Any, ...]
     """Per live pattern, ``[rows, 1, 1]`` bool: the row's adapter has a delta in that pattern's layers."""
+    members: tuple[Any, ...] | None = None
+    """Per rank class, what the host knows of the pass's rows (a pass named by its adapters' names): ``False`` no row
+    of that class (its products skipped), ``True`` every row of it (computed for every row, as without names), or
+    ``(rows, slots)``: only those rows (a ``[n]`` long index on the device, and their slots), gathered, computed and
+    put back, so a row never pays for another class's width (a pass mixing r = 8 and r = 64 adapters, or adapter rows
+    beside base rows). None: every class computed for every row (a decode step's device index)."""
     known: tuple[bool | None, ...] | None = None
     """Per live pattern, what the host knows of the pass's rows (a pass named by its adapters' names, never a
     decode step's device index, which a captured graph replays for other rows): ``True`` every row has a delta in
@@ -152,7 +163,7 @@ class LoraStack:
 
     def __init__(self, names: tuple[str, ...], widest: dict[str, int], classes: tuple[int, ...],
                  layers: dict[int, StackedLayer], slot_of: tuple[Any, ...], live: Any, key: tuple[Any, ...],
-                 live_host: tuple[tuple[bool, ...], ...] = ()) -> None:
+                 live_host: tuple[tuple[bool, ...], ...] = (), class_of: tuple[int | None, ...] = ()) -> None:
         self.names = names
         self.widest = widest
         """adapter name -> its widest layer's rank (its class: :func:`rank_class`)."""
@@ -170,6 +181,8 @@ class LoraStack:
         self.live_host = live_host
         """:attr:`live` on the host (read once, when the stack was built): which passes may skip the ``where`` or the
         whole LoRA computation of a layer (:meth:`rows` given the rows' indices on the host)."""
+        self.class_of = class_of
+        """Per adapter index (the base's last), which of :attr:`classes` it computes in (None: the base)."""
         self.key = key
 
     @property
@@ -183,11 +196,23 @@ class LoraStack:
         whether every row, or no row, has a delta there."""
         slots = tuple(slot.index_select(0, index) for slot in self.slot_of)
         live = self.live.index_select(1, index)[:, :, None, None]
-        known = None
+        known = members = None
         if host is not None and self.live_host:
             known = tuple(True if all(flags[i] for i in host) else (False if not any(flags[i] for i in host) else None)
                           for flags in self.live_host)
-        return PassRows(slots=slots, live=tuple(live.unbind(0)), known=known)
+        if host is not None and self.class_of:
+            import torch
+
+            out: list[Any] = []
+            for c in range(len(self.classes)):
+                rows = [b for b, k in enumerate(host) if self.class_of[k] == c]
+                if len(rows) in (0, len(host)):
+                    out.append(bool(rows))
+                    continue
+                at = torch.tensor(rows, dtype=torch.long).to(index.device)
+                out.append((at, slots[c].index_select(0, at)))
+            members = tuple(out)
+        return PassRows(slots=slots, live=tuple(live.unbind(0)), known=known, members=members)
 
     @staticmethod
     def key_of(layers: Sequence[Any]) -> tuple[Any, ...]:
@@ -260,7 +285,8 @@ class LoraStack:
             slot_of = tuple(torch.tensor([members[c].index(n) if n in members[c] else len(members[c])
                                           for n in names] + [len(members[c])], dtype=torch.long, device=device)
                             for c in classes)
-        return cls(names, widest, classes, out, slot_of, live, key, live_host)
+        class_of = tuple(classes.index(of_class[n]) for n in names) + (None,)
+        return cls(names, widest, classes, out, slot_of, live, key, live_host, class_of)
 
 
 def lora_stack(model: Any, layers: Sequence[Any]) -> LoraStack:
@@ -365,6 +391,14 @@ class BatchedLora:
         else:
             out = base
         for group in layer.groups:  # per rank class present: each row's own A and B, gathered
+            member = rows.members[group.cls] if rows.members is not None else True
+            if member is False:  # no row of this class in the pass
+                continue
+            if member is not True:  # only this class's rows: gathered, computed, put back
+                at, slot = member
+                h = torch.bmm(x.index_select(0, at), group.A.index_select(0, slot))
+                out = out.index_copy(0, at, torch.baddbmm(out.index_select(0, at), h, group.B.index_select(0, slot)))
+                continue
             slot = rows.slots[group.cls]
             if slot.shape[0] != x.shape[0]:  # one adapter's view: one index for every row
                 slot = slot.expand(x.shape[0])
