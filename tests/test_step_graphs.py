@@ -49,6 +49,64 @@ def test_captured_steps_are_off_by_default_and_never_on_a_cpu() -> None:
     assert step_graphs_for(Runner(), joint) is not None
 
 
+def test_steps_above_the_cap_run_at_their_own_size_and_give_the_same_tokens() -> None:
+    """``max_graph_rows``: a step whose bucket is above it is not captured (nor, with ``graph_shapes``, padded): it
+    runs at its own size, as without graphs; the steps at or below it are padded to their bucket; every row's tokens
+    are the plain steps' (the fixture model, 6 rows leaving at different steps)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from bench._stand_in import Budget
+    from lm_eval_toolfid.cases.bundled import fixture_paths
+    from lm_eval_toolfid.cases.load import load_cases
+    from lm_eval_toolfid.engine.decoding import EngineConfig, GreedyEngine, Row
+    from lm_eval_toolfid.prompts.prompter import render_prompt
+    from lm_eval_toolfid.prompts.settings import PromptSettings
+
+    base = fixture_paths()["base"]
+    tok, model = AutoTokenizer.from_pretrained(base), AutoModelForCausalLM.from_pretrained(base).eval()
+    prompts = [tok(render_prompt(c, PromptSettings(demos=0)))["input_ids"] for c in load_cases("fixture")[:6]]
+
+    def run(**config: Any) -> tuple[list[list[int]], list[int]]:
+        rows = [Row(prompt=p, max_new=12, stopper=Budget(3 + 2 * i)) for i, p in enumerate(prompts)]
+        engine = GreedyEngine(model, int(tok.pad_token_id or 0), EngineConfig(max_batch=6, refill=1, fold_gqa=False,
+                                                                              **config))
+        return [r.tokens for r in engine.run(rows)], list(engine.stats.step_rows)
+
+    plain, plain_rows = run()
+    capped, capped_rows = run(graph_shapes=True, max_graph_rows=4)
+    assert capped == plain
+    assert capped_rows == [{1: 1, 2: 2, 3: 4, 4: 4}.get(n, n) for n in plain_rows], (capped_rows, plain_rows)
+    assert 3 in plain_rows and 5 in plain_rows  # a step padded (3 rows -> 4), one above the cap at its own size
+
+
+def test_a_capture_that_fails_is_said_once_and_the_run_steps_eagerly(monkeypatch: pytest.MonkeyPatch,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """A decode step the graph cannot hold (an operation not capturable, memory): one line in the log, that step and
+    every later one run eagerly (the same logits), the statistics as if no capture had been tried. Simulated here (no
+    GPU in CI): the capture raises what torch raises for a CUDA error."""
+    import logging
+
+    from lm_eval_toolfid.engine.config import EngineStats
+    from lm_eval_toolfid.engine.step_graphs import StepGraphs
+
+    def broken(self: Any, step: Any) -> Any:
+        self.stats.forward_passes += 2  # the warm-up passes ran, then the capture failed
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore detail")
+
+    monkeypatch.setattr(StepGraphs, "_capture", broken)
+    stats = EngineStats()
+    graphs = StepGraphs(torch, stats, max_rows=4)
+    assert graphs.usable(4) and not graphs.usable(8)  # buckets above the cap are not captured
+    logits = torch.arange(6.0)
+    with caplog.at_level(logging.WARNING, logger="lm_eval.toolfid"):
+        assert graphs.run(2, 0, lambda: logits) is logits
+    assert not graphs.usable(1) and graphs.failed == ("RuntimeError: CUDA error: operation not permitted when stream "
+                                                      "is capturing")
+    assert stats.forward_passes == 0 and stats.graph_captures == 0 and stats.steps_replayed == 0
+    lines = [r.getMessage() for r in caplog.records if "could not be captured" in r.getMessage()]
+    assert len(lines) == 1 and "run eagerly" in lines[0] and "\n" not in lines[0]
+
+
 SIZES = {"float32": (4, 20), "bfloat16": (4, 12)}
 """Default cases and token budget per dtype (bfloat16 matrix products are slow on a CPU)."""
 

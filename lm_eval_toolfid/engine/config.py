@@ -87,6 +87,10 @@ class EngineConfig:
     cuda_graphs: bool = False
     """CUDA: capture the decode step once per bucket of live rows and replay it (:mod:`~lm_eval_toolfid.engine.
     step_graphs`); ignored elsewhere. Off until measured faster with equal answers on a GPU (docs/performance.md)."""
+    max_graph_rows: int = 512
+    """The largest bucket a decode step is captured at (with ``cuda_graphs``, or run at with ``graph_shapes``): a
+    step of more live rows runs eagerly at its own size, as without graphs (its launches are spread over many rows;
+    a graph for every bucket up to thousands of rows would hold their memory)."""
     graph_shapes: bool = False
     """Run decode steps at a captured step's shapes (rows padded to their bucket, every column of the buffers read)
     without capturing them: what a replay computes, step by step (tests compare it with plain steps on the CPU)."""

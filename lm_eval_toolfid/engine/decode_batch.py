@@ -71,15 +71,18 @@ class DecodeBatch:
         that stopped, which leave at once."""
         runner, record, joint = self.runner, self.config.record_gaps, self.context.joint
         n, slots = len(self.rows), self.slots
-        rows = bucket_for(n, slots.kv[0][0].shape[0]) if self.padded_steps else n  # the step's rows, padded
-        cache, mask, padded = slots.open_step(n, min(live.length for live in self.rows), rows, full=self.padded_steps)
+        bucket = bucket_for(n, slots.kv[0][0].shape[0])
+        graphed = self.graphs is not None and self.graphs.usable(bucket)
+        shaped = graphed or (self.padded_steps and self.graphs is None and bucket <= self.config.max_graph_rows)
+        rows = bucket if shaped else n  # the step's rows: padded to its bucket where a graph is (or would be) replayed
+        cache, mask, padded = slots.open_step(n, min(live.length for live in self.rows), rows, full=shaped)
         views = [live.row.view for live in self.rows] + [None] * (rows - n) if joint else None
 
         def forward() -> Any:
             return runner.forward(self.ids[:rows], mask, self.positions[:rows], cache, 1, step=True, views=views,
                                   padded=padded, view_index=self.view_ids[:rows])
 
-        logits = self.graphs.run(rows, slots.generation, forward) if self.graphs is not None else forward()
+        logits = self.graphs.run(rows, slots.generation, forward) if graphed else forward()
         best, gaps = runner.pick(logits[:n], with_gaps=record or joint or self.shared > 0, out=self.ids[:n])
         self.positions[:n] += 1
         finished, done = [], []
@@ -121,4 +124,4 @@ def step_graphs_for(runner: ModelRunner, context: RunContext) -> StepGraphs | No
         return None
     if context.joint and not runner.routes_on_device:
         return None
-    return StepGraphs(runner.torch, runner.stats)
+    return StepGraphs(runner.torch, runner.stats, max_rows=context.config.max_graph_rows)

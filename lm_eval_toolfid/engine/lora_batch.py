@@ -183,6 +183,9 @@ class LoraStack:
         whole LoRA computation of a layer (:meth:`rows` given the rows' indices on the host)."""
         self.class_of = class_of
         """Per adapter index (the base's last), which of :attr:`classes` it computes in (None: the base)."""
+        self.class_dev = (slot_of[0].new_tensor([len(classes) if c is None else c for c in class_of])  # long
+                          if class_of and slot_of else None)
+        """:attr:`class_of` on the device (the base: one past the last class), ``[K + 1]`` long."""
         self.key = key
 
     @property
@@ -200,17 +203,21 @@ class LoraStack:
         if host is not None and self.live_host:
             known = tuple(True if all(flags[i] for i in host) else (False if not any(flags[i] for i in host) else None)
                           for flags in self.live_host)
-        if host is not None and self.class_of:
+        if host is not None and self.class_dev is not None:
             import torch
 
-            out: list[Any] = []
-            for c in range(len(self.classes)):
-                rows = [b for b, k in enumerate(host) if self.class_of[k] == c]
-                if len(rows) in (0, len(host)):
-                    out.append(bool(rows))
-                    continue
-                at = torch.tensor(rows, dtype=torch.long).to(index.device)
-                out.append((at, slots[c].index_select(0, at)))
+            counts = [sum(1 for k in host if self.class_of[k] == c) for c in range(len(self.classes))]
+            out: list[Any] = [bool(n) for n in counts]
+            if any(0 < n < len(host) for n in counts):
+                # the rows by class, on the device (a stable sort of their classes, the base's last): class c's rows
+                # are the counts before it on, read with the host's counts (no tensor made from host values here)
+                order = torch.argsort(self.class_dev.index_select(0, index), stable=True)
+                start = 0
+                for c, n in enumerate(counts):
+                    if 0 < n < len(host):
+                        at = order[start:start + n]
+                        out[c] = (at, slots[c].index_select(0, at))
+                    start += n
             members = tuple(out)
         return PassRows(slots=slots, live=tuple(live.unbind(0)), known=known, members=members)
 

@@ -10,6 +10,10 @@ live rows (:func:`buckets`: 1, 2, 4, ... and the slot count; the live rows padde
 as vLLM pads its decode batch) serves every step of that bucket, until the buffers are allocated again (their
 addresses are the graph's: it is captured again, lazily).
 
+Buckets above ``EngineConfig.max_graph_rows`` are not captured: such a step runs eagerly at its own size. A capture
+that fails (an operation the graph cannot hold, memory) is said once in the log, and every step of the run after it
+runs eagerly, as without graphs: the same tokens, the run goes on.
+
 A capture runs the step twice eagerly on a side stream (lazy initialisations), then records it; its time and the
 graphs' memory pool (shared by every bucket, each captured when a step first needs it) are counted in
 :class:`~lm_eval_toolfid.engine.config.EngineStats` (``--verbose`` shows them). The warm-up and capture passes are
@@ -23,6 +27,8 @@ from __future__ import annotations
 import copy
 import time
 from typing import Any, Callable
+
+from lm_eval_toolfid.engine.lora_batch import say_once
 
 
 def buckets(slots: int) -> tuple[int, ...]:
@@ -42,12 +48,20 @@ def bucket_for(rows: int, slots: int) -> int:
 class StepGraphs:
     """One captured decode step per bucket of rows, for one generation of the decode buffers."""
 
-    def __init__(self, torch: Any, stats: Any) -> None:
+    def __init__(self, torch: Any, stats: Any, max_rows: int = 512) -> None:
         self.torch, self.stats = torch, stats
         self.graphs: dict[int, tuple[Any, Any]] = {}
         """Bucket -> (the graph, its logits: a static output, overwritten by each replay)."""
         self.generation = -1
         self.pool: Any = None
+        self.max_rows = max_rows
+        """The largest bucket captured (a step of more rows runs eagerly)."""
+        self.failed: str | None = None
+        """Why a capture failed (every later step of the run eager), or None."""
+
+    def usable(self, rows: int) -> bool:
+        """Whether a step of ``rows`` (its bucket) is replayed from a graph: none failed, and the bucket is capped."""
+        return self.failed is None and rows <= self.max_rows
 
     def run(self, rows: int, generation: int, step: Callable[[], Any]) -> Any:
         """The logits of ``step`` (a decode step of ``rows`` rows, on buffers of ``generation``): replayed, captured
@@ -56,7 +70,17 @@ class StepGraphs:
             self.graphs.clear()
             self.generation = generation
         if rows not in self.graphs:
-            self.graphs[rows] = self._capture(step)
+            saved = copy.deepcopy(self.stats)
+            try:
+                self.graphs[rows] = self._capture(step)
+            except RuntimeError as exc:  # torch's CUDA errors, out of memory included
+                vars(self.stats).update(vars(saved))  # the warm-up passes were not steps
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+                self.failed = f"{type(exc).__name__}: {first}"
+                self.graphs.clear()
+                say_once(f"--cuda-graphs on: a decode step of {rows} rows could not be captured ({self.failed}); "
+                         "the run's other steps run eagerly (the same tokens)")
+                return step()
         graph, logits = self.graphs[rows]
         graph.replay()
         self.stats.steps_replayed += 1
