@@ -225,6 +225,7 @@ def test_a_tokenizer_is_loaded_once_per_process_and_each_caller_gets_its_own(tmp
 
     folder = tmp_path / "base"
     shutil.copytree(fixture_paths()["base"], folder)
+    chat._TOKENIZERS.clear()  # the process's other tests' tokenizers: the cache is bounded (cleared past 8)
     first = chat.load_tokenizer({"pretrained": str(folder)})
     first.chat_template = "replaced for one view"
     second = chat.load_tokenizer({"pretrained": str(folder)})
