@@ -48,7 +48,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Plan (every argument parsed and checked), run the plan's views, report them, exit. Under a launcher
     (``torchrun``: :mod:`lm_eval_toolfid.run.ranks`) every rank runs the views on its share of the cases; rank 0
     alone holds the folder, reports and decides the exit code, which every rank returns."""
-    from lm_eval_toolfid.run.ranks import from_main, join, leave, ranks_from_env
+    from lm_eval_toolfid.run.ranks import barrier, from_main, join, leave, ranks_from_env
 
     ranks = ranks_from_env()
     command = plan_command(args)
@@ -61,10 +61,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         if not ranks.main:
             _run_command(command, ranks)
-            return from_main(ranks, lambda: 0)
-        with output_lock(command.plan.out_dir):  # one run writes a folder at a time
-            code = _run_command(command, ranks)
-        return from_main(ranks, lambda: code)
+            code = from_main(ranks, lambda: 0)
+        else:
+            with output_lock(command.plan.out_dir):  # one run writes a folder at a time
+                code = _run_command(command, ranks)
+            code = from_main(ranks, lambda: code)
+        # every rank past its last collective before any tears the group down: without it rank 0 sometimes aborted
+        # at exit under gloo ("terminate called without an active exception", after destroying the group)
+        barrier(ranks)
+        return code
     finally:
         leave(ranks)
 
