@@ -34,8 +34,6 @@ class DecodeBatch:
         """Live rows on a shared prefix (their tokens need top-two gaps: :func:`take_token`)."""
         self.graphs = step_graphs_for(runner, context)
         """The captured steps (None: every step launched op by op)."""
-        self.padded_steps = self.graphs is not None or context.config.graph_shapes
-        """Steps run at a captured step's shapes: rows padded to their bucket, every column read."""
 
     def join(self, joining: Sequence[Joining], waiting: int) -> None:
         """Put the joining rows into free slots (``waiting``: rows not yet admitted, room a new buffer may keep
@@ -73,7 +71,8 @@ class DecodeBatch:
         n, slots = len(self.rows), self.slots
         bucket = bucket_for(n, slots.kv[0][0].shape[0])
         graphed = self.graphs is not None and self.graphs.usable(bucket)
-        shaped = graphed or (self.padded_steps and self.graphs is None and bucket <= self.config.max_graph_rows)
+        # at a captured step's shapes (rows padded to the bucket, every column read): replayed, or rehearsed eagerly
+        shaped = graphed or (self.config.graph_shapes and self.graphs is None and bucket <= self.config.max_graph_rows)
         rows = bucket if shaped else n  # the step's rows: padded to its bucket where a graph is (or would be) replayed
         cache, mask, padded = slots.open_step(n, min(live.length for live in self.rows), rows, full=shaped)
         views = [live.row.view for live in self.rows] + [None] * (rows - n) if joint else None

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -206,7 +207,8 @@ class LoraStack:
         if host is not None and self.class_dev is not None:
             import torch
 
-            counts = [sum(1 for k in host if self.class_of[k] == c) for c in range(len(self.classes))]
+            of = Counter(self.class_of[k] for k in host)
+            counts = [of[c] for c in range(len(self.classes))]
             out: list[Any] = [bool(n) for n in counts]
             if any(0 < n < len(host) for n in counts):
                 # the rows by class, on the device (a stable sort of their classes, the base's last): class c's rows
@@ -340,9 +342,10 @@ class BatchedLora:
         self.computed = frozenset(i for i, c in enumerate(stack.classes) if c in widths)
         """Which rank classes the layers compute (those of :attr:`allowed`)."""
 
-    def index(self, views: Sequence[str | None]) -> Any:
-        """The rows' adapter index on the device (one host-to-device copy)."""
-        return self.torch.tensor(self._host_index(views), dtype=self.torch.long).to(self.stack.device)
+    def index(self, views: Sequence[str | None], at: Sequence[int] | None = None) -> Any:
+        """The rows' adapter index on the device (one host-to-device copy; ``at``: the same on the host, if known)."""
+        at = self._host_index(views) if at is None else at
+        return self.torch.tensor(at, dtype=self.torch.long).to(self.stack.device)
 
     def _host_index(self, views: Sequence[str | None]) -> list[int]:
         outside = {v for v in views if v is not None} - self.allowed
@@ -365,8 +368,7 @@ class BatchedLora:
             if len(self._passes) >= 256:
                 self._passes.clear()
             at = self._host_index(views)
-            rows = self._passes[key] = self.stack.rows(self.torch.tensor(at, dtype=self.torch.long).to(
-                self.stack.device), at)
+            rows = self._passes[key] = self.stack.rows(self.index(views, at), at)
         self.current = rows
 
     @contextlib.contextmanager
